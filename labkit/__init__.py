@@ -1,0 +1,59 @@
+"""labkit: a teaching kit for durable, restart-safe incident workflows on SQLite.
+
+The modules mirror the architecture in the lab's design:
+
+- :mod:`labkit.coordinator`: the versioned state machine (``Coordinator``)
+- :mod:`labkit.provider`: the read adapter and the provider's own call log
+- :mod:`labkit.contract`: the evidence contract (JSON Schema) checked before any checkpoint
+- :mod:`labkit.store`: the SQLite checkpoint store (``connect``, ``transaction``)
+- :mod:`labkit.receipts`: the receipt table, at most one receipt per run
+- :mod:`labkit.recovery`: the recovery worker (``recover``)
+- :mod:`labkit.crashpoints`: named places where a run can be killed
+- :mod:`labkit.invariants`: the seven invariants checked after crash and recovery
+
+and, for lessons: :mod:`labkit.processes` (child processes), :mod:`labkit.workspace`
+(a lesson's own temporary database), :mod:`labkit.display` (pandas tables).
+"""
+
+from .clock import SystemClock, TickingClock
+from .contract import CONTRACT, MAX_RESPONSE_BYTES, check_evidence
+from .coordinator import WORKFLOW_VERSION, Coordinator, DriveResult
+from .crashpoints import BETWEEN_READ_AND_COMMIT, CRASH_POINTS, CrashPlan
+from .errors import (
+    DataFolderMissing,
+    DatabaseFolderMissing,
+    EvidenceRejected,
+    InjectedFailure,
+    LabError,
+    NotADatabase,
+    ProviderUnavailable,
+    ReceiptConflict,
+    SchemaVersionMismatch,
+    StaleTransition,
+    StepOrderError,
+    UnknownCrashPoint,
+    UnknownIncident,
+    UnknownRun,
+    WorkflowVersionMismatch,
+)
+from .invariants import check_invariants
+from .processes import labkit_cli, race, run_in_child
+from .provider import CallLog, ReadAdapter, ReferenceProvider, call_log_for, diagnose, list_incidents
+from .receipts import Receipt
+from .recovery import recover
+from .steps import Step
+from .store import SCHEMA_VERSION, Evidence, Run, connect, transaction
+from .workspace import Workspace
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BETWEEN_READ_AND_COMMIT", "CONTRACT", "CRASH_POINTS", "CallLog", "Coordinator", "CrashPlan",
+    "DataFolderMissing", "DatabaseFolderMissing", "DriveResult", "Evidence", "EvidenceRejected",
+    "InjectedFailure", "LabError", "MAX_RESPONSE_BYTES", "NotADatabase", "ProviderUnavailable",
+    "ReadAdapter", "Receipt", "ReceiptConflict", "ReferenceProvider", "Run", "SCHEMA_VERSION",
+    "SchemaVersionMismatch", "StaleTransition", "Step", "StepOrderError", "SystemClock", "TickingClock",
+    "UnknownCrashPoint", "UnknownIncident", "UnknownRun", "WORKFLOW_VERSION", "Workspace",
+    "WorkflowVersionMismatch", "call_log_for", "check_evidence", "check_invariants", "connect",
+    "diagnose", "labkit_cli", "list_incidents", "race", "recover", "run_in_child", "transaction",
+]

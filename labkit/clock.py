@@ -1,0 +1,63 @@
+"""Clocks that can be injected, so that stored timestamps are reproducible.
+
+Durable rows carry timestamps, and notebooks print rows. With the wall clock, every run of
+a notebook would print different times and nbval would (rightly) fail. Every component
+that writes a time takes a :class:`Clock`; lessons and tests pass a :class:`TickingClock`.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta, timezone
+from typing import Protocol
+
+#: Environment variable that pins the clock of a ``python -m labkit`` process.
+CLOCK_ENV = "LABKIT_CLOCK"
+
+
+class Clock(Protocol):
+    def now(self) -> str:
+        """The current instant as an ISO-8601 UTC string, ending in ``Z``."""
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class SystemClock:
+    """The wall clock: what a real worker uses."""
+
+    def now(self) -> str:
+        return _iso(datetime.now(timezone.utc))
+
+
+class TickingClock:
+    """Starts at a fixed instant and moves forward ``step`` on every reading.
+
+    Deterministic within one process: the n-th timestamp is always the same.
+    """
+
+    def __init__(self, start: str = "2026-03-02T09:00:00Z", step: timedelta = timedelta(seconds=1)):
+        self._next = parse_instant(start)
+        self._step = step
+
+    def now(self) -> str:
+        moment, self._next = self._next, self._next + self._step
+        return _iso(moment)
+
+
+def parse_instant(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        raise ValueError(f"instant {text!r} has no time zone; write it as 2026-03-02T09:00:00Z")
+    return moment
+
+
+def clock_from_env() -> Clock:
+    """The clock for a command-line process: fixed by ``LABKIT_CLOCK`` when it is set.
+
+    Notebooks start crashing workflows as child processes; they set this variable so the
+    rows those children write are the same on every run.
+    """
+    start = os.environ.get(CLOCK_ENV)
+    return TickingClock(start) if start else SystemClock()

@@ -1,0 +1,96 @@
+"""The evidence contract: what a provider response must be before any checkpoint advances.
+
+A provider response is data from outside, not an instruction. The coordinator records it
+only after :func:`check_evidence` has accepted it: bounded in size, valid UTF-8 JSON,
+matching the JSON Schema in ``labkit/schemas/``, and about the incident that was asked
+for. Nothing is repaired: a response that fails any check raises
+:class:`~labkit.errors.EvidenceRejected` naming the field, and the transaction around the
+read rolls back. Taught in 04_rollback and 07_evidence_contract.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+# jsonschema imports rfc3987_syntax, when installed (JupyterLab's dependencies bring it),
+# only to check the "iri" format, and that import compiles ~35 parsers: about a second of
+# start-up for every `python -m labkit` child process. The contract uses no formats, so we
+# let that optional import fail (python-jsonschema/jsonschema#1428). This only applies if
+# nothing imported jsonschema earlier in the process.
+if "jsonschema" not in sys.modules:
+    sys.modules.setdefault("rfc3987_syntax", None)
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError, best_match
+
+from .errors import EvidenceRejected
+from .store import canonical_json
+
+CONTRACT = "queue-evidence/1"
+SCHEMA_PATH = Path(__file__).parent / "schemas" / "queue-evidence-1.schema.json"
+
+#: Evidence is stored inline, so it is bounded. A queue snapshot is about 1 KB; a response
+#: sixteen times that is not a diagnosis, it is a dump (see 11_capacity_and_retention).
+MAX_RESPONSE_BYTES = 16_384
+
+
+@lru_cache(maxsize=1)
+def _validator() -> Draft202012Validator:
+    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+    Draft202012Validator.check_schema(schema)
+    return Draft202012Validator(schema)
+
+
+def check_evidence(raw: bytes | str, incident: str) -> dict:
+    """Return the parsed response if it satisfies the contract; otherwise raise EvidenceRejected."""
+    data = raw.encode("utf-8") if isinstance(raw, str) else raw
+    if len(data) > MAX_RESPONSE_BYTES:
+        raise EvidenceRejected(incident, "(response)", f"{len(data)} bytes, over the {MAX_RESPONSE_BYTES}-byte limit")
+    try:
+        body = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise EvidenceRejected(incident, "(response)", "not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise EvidenceRejected(incident, "(response)", f"not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+    error = best_match(_validator().iter_errors(body))
+    if error is not None:
+        field, problem = _describe(error)
+        raise EvidenceRejected(incident, field, problem)
+    if body["incident"] != incident:
+        raise EvidenceRejected(incident, "incident", f"the response is about {body['incident']!r}, not the incident that was asked for")
+    return body
+
+
+def evidence_digest(body: dict) -> str:
+    """sha256 of the canonical JSON: the identity a receipt records for the evidence it used."""
+    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+def _describe(error: ValidationError) -> tuple[str, str]:
+    """Turn a jsonschema error into (dotted field path, short problem) for a one-line message."""
+    path = [str(part) for part in error.absolute_path]
+    if error.validator == "required":
+        missing = error.message.split("'")[1]
+        return ".".join(path + [missing]), "is missing"
+    if error.validator == "additionalProperties":
+        extras = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        return ".".join(path + extras[:1]) or "(response)", "is not part of the contract"
+    where = ".".join(path) or "(response)"
+    shown = json.dumps(error.instance)
+    if len(shown) > 40:
+        shown = shown[:37] + "..."
+    if error.validator == "type":
+        return where, f"{shown} is not of type {error.validator_value!r}"
+    if error.validator == "enum":
+        return where, f"{shown} is not one of {', '.join(map(str, error.validator_value))}"
+    if error.validator == "const":
+        return where, f"{shown} should be {json.dumps(error.validator_value)}"
+    if error.validator in ("minimum", "maximum"):
+        return where, f"{shown} is {'below the minimum' if error.validator == 'minimum' else 'above the maximum'} {error.validator_value}"
+    if error.validator in ("maxLength", "maxItems"):
+        return where, f"is longer than {error.validator_value}"
+    return where, error.message if len(error.message) <= 80 else error.message[:77] + "..."

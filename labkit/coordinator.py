@@ -1,0 +1,121 @@
+"""The coordinator: a versioned state machine that owns every transition of a run.
+
+    not_inspected --inspect--> evidence_recorded --complete--> report_completed
+
+It decides what comes next from the stored row alone, never from a transcript or from
+what a provider says about state. Each transition is one transaction that carries its
+own proof: ``inspect`` commits the evidence with the step, ``complete`` commits the
+receipt with the step. A run stored under another workflow version is refused.
+
+As in the lab's source design, ``inspect`` calls the provider while its write
+transaction is open: simple, and it makes the crash window between read and commit
+easy to see. 10_leases_and_fencing moves the call outside. Taught in 02_three_states.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from . import contract
+from .clock import Clock, SystemClock
+from .crashpoints import NO_CRASH, CrashPlan
+from .errors import StepOrderError, UnknownIncident
+from .provider import ReadAdapter
+from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
+from .report import build_report
+from .steps import Step
+from .store import Run, advance_txn, create_run_txn, load_evidence_txn, load_run_txn, store_evidence_txn, transaction
+
+#: The control flow this code implements. Bump it when a step changes meaning; runs stored
+#: under the old number are then refused until migrated (08_versioning).
+WORKFLOW_VERSION = 1
+
+
+@dataclass(frozen=True)
+class DriveResult:
+    """What one call of :meth:`Coordinator.drive` did to a run."""
+
+    incident: str
+    from_step: Step
+    read_provider: bool
+    receipt: Receipt
+
+
+class Coordinator:
+    """Drives runs in one checkpoint database, through one read adapter.
+
+    ``crash`` arms a crash point (for lessons and tests); ``workflow_version`` lets a lesson
+    play a newer release against an old database.
+    """
+
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        provider: ReadAdapter,
+        *,
+        clock: Clock | None = None,
+        crash: CrashPlan = NO_CRASH,
+        workflow_version: int = WORKFLOW_VERSION,
+    ):
+        self.conn = conn
+        self.provider = provider
+        self.clock = clock or SystemClock()
+        self.crash = crash
+        self.workflow_version = workflow_version
+
+    def start(self, incident: str) -> Run:
+        """Create the run at ``not_inspected`` (or return it if it exists). Unknown ids change nothing."""
+        known = self.provider.incidents()
+        if incident not in known:
+            raise UnknownIncident(incident, len(known))
+        with transaction(self.conn):
+            return create_run_txn(self.conn, incident, self.workflow_version, self.clock)
+
+    def inspect(self, incident: str) -> Run:
+        """Read the incident and commit evidence and step together; a no-op past ``not_inspected``."""
+        return self._inspect(incident)[0]
+
+    def _inspect(self, incident: str) -> tuple[Run, bool]:
+        with transaction(self.conn):
+            run = load_run_txn(self.conn, incident, self.workflow_version)
+            if run.step is not Step.NOT_INSPECTED:
+                return run, False
+            self.crash.reached("before_read")
+            raw = self.provider.read(incident)
+            self.crash.reached("after_read")
+            body = contract.check_evidence(raw, incident)
+            store_evidence_txn(self.conn, incident, contract.CONTRACT, body, contract.evidence_digest(body), self.clock)
+            run = advance_txn(self.conn, run, Step.EVIDENCE_RECORDED, self.clock)
+            self.crash.reached("before_evidence_commit")
+        self.crash.reached("after_evidence_commit")
+        return run, True
+
+    def complete(self, incident: str) -> Receipt:
+        """Build the report from stored evidence and commit receipt and step together.
+
+        Completing a completed run returns its receipt and writes nothing.
+        """
+        with transaction(self.conn):
+            run = load_run_txn(self.conn, incident, self.workflow_version)
+            if run.step is Step.REPORT_COMPLETED:
+                return find_receipt_txn(self.conn, incident)
+            if run.step is not Step.EVIDENCE_RECORDED:
+                raise StepOrderError(incident, run.step.value, "complete")
+            evidence = load_evidence_txn(self.conn, incident)
+            receipt = issue_receipt_txn(self.conn, incident, self.workflow_version, build_report(evidence), self.clock)
+            advance_txn(self.conn, run, Step.REPORT_COMPLETED, self.clock)
+            self.crash.reached("before_completion_commit")
+        self.crash.reached("after_completion_commit")
+        return receipt
+
+    def drive(self, incident: str) -> DriveResult:
+        """Take a run from wherever it is recorded to ``report_completed``.
+
+        The stored step alone decides what to do: a run with committed evidence is
+        completed from that evidence, without asking the provider again.
+        """
+        from_step = self.start(incident).step
+        _, read = self._inspect(incident)
+        receipt = self.complete(incident)
+        return DriveResult(incident, from_step, read, receipt)

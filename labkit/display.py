@@ -1,0 +1,85 @@
+"""Small tables for notebooks: the durable state, as pandas frames.
+
+Every function opens its own short connection and closes it, the way an operator's query
+would; none of them writes. Timestamps come from the injected clock, so frames are stable
+from run to run. pandas is imported here only, so the command line starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+from contextlib import closing
+from pathlib import Path
+
+import pandas as pd
+
+from .provider import CallLog, call_log_for
+from .store import connect
+
+
+def _query(db: str | Path, sql: str, params: tuple = ()) -> pd.DataFrame:
+    with closing(connect(db)) as conn:
+        cursor = conn.execute(sql, params)
+        columns = [column[0] for column in cursor.description]
+        return pd.DataFrame([tuple(row) for row in cursor.fetchall()], columns=columns)
+
+
+def runs_frame(db: str | Path) -> pd.DataFrame:
+    """One row per run: its step, the state version that guards its next transition."""
+    return _query(db, "SELECT incident, workflow_version, step, version AS state_version, updated_at FROM runs ORDER BY incident")
+
+
+def evidence_frame(db: str | Path) -> pd.DataFrame:
+    """Committed evidence, reduced to what a reader checks: the diagnosis and the numbers behind it."""
+    frame = _query(db, "SELECT incident, body, digest FROM evidence ORDER BY incident")
+    bodies = [json.loads(body) for body in frame["body"]]
+    return pd.DataFrame({
+        "incident": frame["incident"],
+        "queue": [b["queue"]["name"] for b in bodies],
+        "consumers": [b["queue"]["consumers"] for b in bodies],
+        "messages_ready": [b["queue"]["messages_ready"] for b in bodies],
+        "kind": [b["diagnosis"]["kind"] for b in bodies],
+        "digest": [digest[:12] for digest in frame["digest"]],
+    })
+
+
+def receipts_frame(db: str | Path) -> pd.DataFrame:
+    frame = _query(db, "SELECT incident, receipt_id, evidence_digest, report, issued_at FROM receipts ORDER BY incident")
+    return pd.DataFrame({
+        "incident": frame["incident"],
+        "receipt_id": frame["receipt_id"],
+        "kind": [json.loads(report)["kind"] for report in frame["report"]],
+        "evidence": [digest[:12] for digest in frame["evidence_digest"]],
+        "issued_at": frame["issued_at"],
+    })
+
+
+def transitions_frame(db: str | Path, incident: str | None = None) -> pd.DataFrame:
+    """The history of steps, oldest first: the timeline of each run."""
+    where, params = ("WHERE incident = ?", (incident,)) if incident else ("", ())
+    return _query(db, f"SELECT seq, incident, from_step, to_step, state_version, at FROM transitions {where} ORDER BY seq", params)
+
+
+def provider_calls_frame(db_or_log: str | Path) -> pd.DataFrame:
+    """The provider's own log of calls (kept outside the database), one row per call."""
+    path = Path(db_or_log)
+    log = CallLog(path if path.name.endswith(".jsonl") else call_log_for(path))
+    rows = [(c.call, c.incident, c.outcome, c.response_bytes) for c in log.calls()]
+    return pd.DataFrame(rows, columns=["call", "incident", "outcome", "response_bytes"])
+
+
+def status_frame(db: str | Path) -> pd.DataFrame:
+    """What ``python -m labkit status --json`` reports, as a table."""
+    from .cli import status_of
+
+    runs = status_of(db)["runs"]
+    columns = ["incident", "workflow_version", "step", "evidence", "receipts", "provider_reads"]
+    return pd.DataFrame([{c: run[c] for c in columns} for run in runs], columns=columns)
+
+
+def invariants_frame(results) -> pd.DataFrame:
+    """Results of :func:`labkit.invariants.check_invariants` as a table."""
+    return pd.DataFrame(
+        [(r.number, r.statement, "held" if r.held else "BROKEN", r.detail) for r in results],
+        columns=["invariant", "statement", "result", "detail"],
+    )

@@ -1,0 +1,102 @@
+"""The seven invariants that must hold after any crash and one recovery.
+
+1. every run ends at ``report_completed``;
+2. every run has exactly one receipt;
+3. evidence exists for every run at or past ``evidence_recorded``;
+4. no run's step ever moved backwards (its transition history only climbs);
+5. provider reads = 1 + crashes that fell between a read and its commit;
+6. ``PRAGMA integrity_check`` answers ``ok``;
+7. running recovery again changes nothing (no row, no provider call).
+
+The crash suite in ``tests/`` and 12_crash_explorer run every crash point through
+:func:`check_invariants`; one table of results per database.
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+from .provider import CallLog, ReadAdapter
+from .recovery import recover
+from .steps import Step
+from .store import connect, list_runs_txn, snapshot_txn
+
+
+@dataclass(frozen=True)
+class InvariantResult:
+    number: int
+    statement: str
+    held: bool
+    detail: str
+
+
+STATEMENTS = {
+    1: "run ends at report_completed",
+    2: "exactly one receipt per run",
+    3: "evidence for every run past not_inspected",
+    4: "step never moved backwards",
+    5: "provider reads = 1 + crashes between read and commit",
+    6: "integrity_check is ok",
+    7: "recovering again changes nothing",
+}
+
+
+def check_invariants(
+    db_path: str | Path, call_log: str | Path, expected_reads: dict[str, int], provider: ReadAdapter
+) -> list[InvariantResult]:
+    """Check all seven; ``expected_reads`` maps each incident to 1 + its crashes inside the read window.
+
+    Invariant 7 runs :func:`~labkit.recovery.recover` once more with ``provider``, so call
+    this only after the recovery under test has finished.
+    """
+    log = CallLog(call_log)
+    with closing(connect(db_path)) as conn:
+        runs = list_runs_txn(conn)
+        receipts = dict(conn.execute("SELECT incident, COUNT(*) FROM receipts GROUP BY incident").fetchall())
+        with_evidence = {row[0] for row in conn.execute("SELECT incident FROM evidence")}
+        history: dict[str, list[tuple]] = {}
+        for incident, from_step, to_step, state_version in conn.execute(
+            "SELECT incident, from_step, to_step, state_version FROM transitions ORDER BY seq"
+        ):
+            history.setdefault(incident, []).append((from_step, to_step, state_version))
+        integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        before = snapshot_txn(conn)
+    calls_before = len(log.calls())
+
+    results = []
+
+    def record(number: int, failures: list[str], detail_ok: str) -> None:
+        results.append(InvariantResult(number, STATEMENTS[number], not failures, "; ".join(failures) or detail_ok))
+
+    record(1, [f"{r.incident} at {r.step}" for r in runs if r.step is not Step.REPORT_COMPLETED], f"{len(runs)} runs")
+    record(2, [f"{r.incident} has {receipts.get(r.incident, 0)}" for r in runs if receipts.get(r.incident, 0) != 1], f"{len(runs)} receipts")
+    record(3, [r.incident for r in runs if r.step is not Step.NOT_INSPECTED and r.incident not in with_evidence], "all present")
+    record(4, [r.incident for r in runs if not _climbs(history.get(r.incident, []), r.step, r.version)], "all histories climb")
+    reads = {incident: log.reads_of(incident) for incident in expected_reads}
+    record(
+        5,
+        [f"{i} read {reads[i]} times, expected {n}" for i, n in sorted(expected_reads.items()) if reads[i] != n],
+        ", ".join(f"{i}: {n}" for i, n in sorted(reads.items())),
+    )
+    record(6, [] if integrity == "ok" else [integrity], "ok")
+
+    again = recover(db_path, provider)
+    with closing(connect(db_path)) as conn:
+        after = snapshot_txn(conn)
+    changed = [table for table in before if before[table] != after[table]]
+    new_calls = len(log.calls()) - calls_before
+    record(7, [f"{len(again)} runs resumed"] * bool(again) + [f"{t} changed" for t in changed]
+           + [f"{new_calls} new provider calls"] * bool(new_calls), "no change")
+    return results
+
+
+def _climbs(history: list[tuple], final: Step, final_version: int) -> bool:
+    """The history starts at not_inspected, links each step to the last, only climbs, and ends where the run is."""
+    if not history or history[0][0] is not None or history[0][1] != Step.NOT_INSPECTED.value:
+        return False
+    for (_, previous, previous_version), (source, target, version) in zip(history, history[1:]):
+        if source != previous or Step(target).rank <= Step(previous).rank or version != previous_version + 1:
+            return False
+    return history[-1][1] == final.value and history[-1][2] == final_version

@@ -1,0 +1,179 @@
+"""The read adapter: the one uncertain observation in the workflow.
+
+A read adapter answers "what is wrong with this incident's queue?". The reference
+provider here reads a RabbitMQ queue snapshot from ``data/incidents/`` and applies a few
+rules; a real one could query the broker's management API or ask a model. Either way the
+coordinator treats the answer as untrusted bytes and hands them to the evidence contract.
+
+The provider keeps its **own** call log, a JSON-lines file outside the checkpoint
+database, the way a remote service keeps its access log. A read made inside a transaction
+that later rolled back, or was killed, stays in that log: that is how 05_crash_and_reread
+shows the second read that the checkpoint database cannot show.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from .contract import CONTRACT
+from .errors import DataFolderMissing, ProviderUnavailable, UnknownIncident
+
+#: Overrides where the reference provider finds its incidents (tests point it at bad data).
+DATA_ENV = "LABKIT_DATA_DIR"
+DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+
+
+class ReadAdapter(Protocol):
+    """What the coordinator needs from a provider: the incidents it knows, and one read."""
+
+    def incidents(self) -> list[str]: ...
+
+    def read(self, incident: str) -> bytes:
+        """The raw response for ``incident``. May raise ProviderUnavailable."""
+
+
+def data_dir() -> Path:
+    return Path(os.environ.get(DATA_ENV) or DEFAULT_DATA_DIR)
+
+
+def list_incidents(data: str | Path | None = None) -> list[str]:
+    """The incident ids in ``data/incidents/``, sorted."""
+    folder = Path(data if data is not None else data_dir()) / "incidents"
+    if not folder.is_dir():
+        raise DataFolderMissing(str(folder))
+    return sorted(path.stem for path in folder.glob("INC-*.json"))
+
+
+def call_log_for(db_path: str | Path) -> Path:
+    """Where the provider logs the calls made by workflows on ``db_path``: a file beside it."""
+    db_path = Path(db_path)
+    return db_path.with_name(db_path.name + ".provider-calls.jsonl")
+
+
+@dataclass(frozen=True)
+class ProviderCall:
+    """One line of the provider's own log."""
+
+    call: int
+    incident: str
+    outcome: str
+    response_bytes: int
+
+
+class CallLog:
+    """An append-only JSON-lines file, written before the response is returned.
+
+    Each line is written with one ``write`` on a file opened with O_APPEND and then fsynced,
+    so concurrent workers do not interleave lines and a killed caller cannot un-log a call.
+    """
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+
+    def append(self, incident: str, outcome: str, response_bytes: int) -> None:
+        line = json.dumps({"incident": incident, "outcome": outcome, "response_bytes": response_bytes}) + "\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def calls(self) -> list[ProviderCall]:
+        if not self.path.exists():
+            return []
+        lines = self.path.read_text(encoding="utf-8").splitlines()
+        return [ProviderCall(n, **json.loads(line)) for n, line in enumerate(lines, start=1) if line.strip()]
+
+    def reads_of(self, incident: str) -> int:
+        return sum(1 for call in self.calls() if call.incident == incident)
+
+
+class ReferenceProvider:
+    """Reads ``data/incidents/<ID>.json`` and answers with a contract-shaped diagnosis.
+
+    It does not judge what it returns: a snapshot it cannot make sense of is passed through
+    as it is, the way a remote service can send back an error page. Judging is the
+    evidence contract's job.
+    """
+
+    def __init__(self, call_log: str | Path, data: str | Path | None = None):
+        self.data = Path(data) if data is not None else data_dir()
+        self.log = CallLog(call_log)
+
+    def incidents(self) -> list[str]:
+        return list_incidents(self.data)
+
+    def read(self, incident: str) -> bytes:
+        known = self.incidents()
+        if incident not in known:
+            raise UnknownIncident(incident, len(known))
+        try:
+            raw = (self.data / "incidents" / f"{incident}.json").read_bytes()
+        except OSError as error:
+            self.log.append(incident, "unavailable", 0)
+            raise ProviderUnavailable(incident, error.strerror or str(error)) from None
+        response = _answer(raw)
+        self.log.append(incident, "ok", len(response))
+        return response
+
+
+def _answer(raw: bytes) -> bytes:
+    try:
+        snapshot = json.loads(raw)
+        body = {
+            "contract": CONTRACT,
+            "incident": snapshot["incident"],
+            "observed_at": snapshot["opened_at"],
+            "node": {key: snapshot["node"][key] for key in ("name", "mem_alarm", "disk_free_alarm")},
+            "queue": {
+                key: snapshot["queue"][key]
+                for key in ("name", "vhost", "type", "state", "consumers", "consumer_capacity",
+                            "messages_ready", "messages_unacknowledged", "message_stats")
+            },
+            "diagnosis": diagnose(snapshot),
+        }
+        body["queue"]["message_stats"] = {
+            key: {"rate": snapshot["queue"]["message_stats"][key]["rate"]}
+            for key in ("publish_details", "deliver_get_details", "ack_details", "redeliver_details")
+        }
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return raw
+    return json.dumps(body, indent=1).encode("utf-8")
+
+
+def diagnose(snapshot: dict) -> dict:
+    """The reference rules, first match wins. Deliberately simple, and wrong on two incidents.
+
+    They look only at one snapshot, so they cannot see zombie consumers or poison messages
+    that the broker dead-letters quietly; 13_evaluation scores them against ground truth.
+    """
+    queue, node = snapshot["queue"], snapshot["node"]
+    stats = queue["message_stats"]
+    publish, deliver = stats["publish_details"]["rate"], stats["deliver_get_details"]["rate"]
+    ack, redeliver = stats["ack_details"]["rate"], stats["redeliver_details"]["rate"]
+    consumers, ready, unacked = queue["consumers"], queue["messages_ready"], queue["messages_unacknowledged"]
+    name = queue["name"]
+    if node["mem_alarm"] or queue["state"] == "flow":
+        kind, summary = "memory_alarm", f"{node['name']} is over its memory limit; publishers to {name} are throttled"
+        signals = [f"mem_alarm={str(node['mem_alarm']).lower()}", f"state={queue['state']}"]
+    elif consumers == 0 and ready > 0:
+        kind, summary = "consumer_outage", f"{name} has no consumers and {ready} messages waiting"
+        signals = ["consumers=0", f"messages_ready={ready}", f"publish_rate={publish}"]
+    elif redeliver > 0 and redeliver >= 0.3 * deliver:
+        kind, summary = "poison_message", f"{name} redelivers {redeliver}/s of {deliver}/s deliveries: messages keep failing"
+        signals = [f"redeliver_rate={redeliver}", f"deliver_rate={deliver}"]
+    elif unacked > 0 and ack == 0 and consumers > 0:
+        kind, summary = "stuck_consumer", f"{consumers} consumers on {name} hold {unacked} unacknowledged messages and ack none"
+        signals = [f"messages_unacknowledged={unacked}", "ack_rate=0", f"consumers={consumers}"]
+    elif publish > 1.2 * deliver and ready >= 1000:
+        kind, summary = "consumer_lag", f"{name} receives {publish}/s but delivers {deliver}/s; {ready} messages ready"
+        signals = [f"publish_rate={publish}", f"deliver_rate={deliver}", f"messages_ready={ready}"]
+    else:
+        kind, summary = "false_alarm", f"{name} is keeping up: {publish}/s in, {deliver}/s out, {ready} ready"
+        signals = [f"publish_rate={publish}", f"deliver_rate={deliver}"]
+    return {"kind": kind, "summary": summary, "signals": signals}

@@ -1,0 +1,33 @@
+"""The local report: the incident summary a completed run leaves behind.
+
+Built only from committed evidence, never by reading the provider again, so completing
+after a crash cannot change what the summary says. Deterministic: the same evidence always
+gives the same report, byte for byte.
+"""
+
+from __future__ import annotations
+
+from .store import Evidence
+
+HEADLINES = {
+    "consumer_outage": "No consumer is draining the queue",
+    "consumer_lag": "Consumers are falling behind publishers",
+    "poison_message": "Messages are failing and being redelivered",
+    "stuck_consumer": "Consumers hold messages without acknowledging them",
+    "memory_alarm": "The broker node is throttling publishers (memory alarm)",
+    "false_alarm": "The queue is healthy; the alert needs no action",
+}
+
+
+def build_report(evidence: Evidence) -> dict:
+    diagnosis = evidence.body["diagnosis"]
+    queue = evidence.body["queue"]
+    return {
+        "incident": evidence.incident,
+        "queue": f"{queue['vhost']}/{queue['name']}",
+        "kind": diagnosis["kind"],
+        "headline": HEADLINES[diagnosis["kind"]],
+        "summary": diagnosis["summary"],
+        "signals": list(diagnosis["signals"]),
+        "evidence_digest": evidence.digest,
+    }

@@ -1,0 +1,28 @@
+"""The three steps of the incident workflow, in the only order they may be taken.
+
+Kept apart from the coordinator so the store can name them in its schema without an
+import cycle. Taught in 02_three_states.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class Step(str, Enum):
+    """Where a run is. Each value is exactly what the ``runs.step`` column stores."""
+
+    NOT_INSPECTED = "not_inspected"
+    EVIDENCE_RECORDED = "evidence_recorded"
+    REPORT_COMPLETED = "report_completed"
+
+    @property
+    def rank(self) -> int:
+        """Position in the workflow; a run's rank never decreases (invariant 4)."""
+        return ORDER.index(self)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+ORDER: tuple[Step, ...] = (Step.NOT_INSPECTED, Step.EVIDENCE_RECORDED, Step.REPORT_COMPLETED)

@@ -1,0 +1,57 @@
+"""Re-execute notebooks in place, the one way the lab's committed outputs are produced.
+
+    python scripts/run_notebooks.py [NOTEBOOK ...]     (default: every notebooks/*.ipynb)
+
+Each notebook is cleared, its kernelspec set to ``python3``, and executed top to bottom by
+nbclient in its own folder (as nbval and JupyterLab run it), without timing metadata, so
+the stored outputs are exactly what strict nbval will compare. A cell may raise only if
+it carries the ``raises-exception`` tag; any other error stops the run and nothing is written.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+
+
+def execute(path: Path) -> float:
+    notebook = nbformat.read(path, as_version=4)
+    notebook.metadata["kernelspec"] = dict(KERNELSPEC)
+    for cell in notebook.cells:
+        cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    started = time.perf_counter()
+    NotebookClient(
+        notebook,
+        timeout=300,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
+    elapsed = time.perf_counter() - started
+    nbformat.validate(notebook)
+    nbformat.write(notebook, path)
+    return elapsed
+
+
+def main(args: list[str]) -> int:
+    paths = [Path(a).resolve() for a in args] or sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    total = 0.0
+    for path in paths:
+        elapsed = execute(path)
+        total += elapsed
+        print(f"{path.relative_to(ROOT)}: executed in {elapsed:.1f} s")
+    print(f"{len(paths)} notebooks in {total:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
