@@ -24,7 +24,8 @@ def build_report(evidence: Evidence) -> dict:
     queue = evidence.body["queue"]
     return {
         "incident": evidence.incident,
-        "queue": f"{queue['vhost']}/{queue['name']}",
+        "queue": queue["name"],
+        "vhost": queue["vhost"],
         "kind": diagnosis["kind"],
         "headline": HEADLINES[diagnosis["kind"]],
         "summary": diagnosis["summary"],
