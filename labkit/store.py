@@ -111,6 +111,8 @@ def connect(path: str | Path) -> sqlite3.Connection:
     try:
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        # Refuse a newer schema before any setting below is written into the file.
+        _refuse_newer_schema(conn, str(path))
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
@@ -138,17 +140,26 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     conn.execute("BEGIN IMMEDIATE")
     try:
         yield conn
+        conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        # SQLite may already have rolled back on its own (a full disk, an I/O error); a
+        # second ROLLBACK would then raise and hide the error that matters.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
         raise
-    conn.execute("COMMIT")
+
+
+def _refuse_newer_schema(conn: sqlite3.Connection, where: str) -> int:
+    found = conn.execute("PRAGMA user_version").fetchone()[0]
+    if found > SCHEMA_VERSION:
+        raise SchemaVersionMismatch(where, found, SCHEMA_VERSION)
+    return found
 
 
 def _migrate(conn: sqlite3.Connection, where: str) -> None:
     with transaction(conn):
-        found = conn.execute("PRAGMA user_version").fetchone()[0]
-        if found > SCHEMA_VERSION:
-            raise SchemaVersionMismatch(where, found, SCHEMA_VERSION)
+        # Read again under the write lock: another process may have migrated meanwhile.
+        found = _refuse_newer_schema(conn, where)
         for statements in MIGRATIONS[found:]:
             for statement in statements:
                 conn.execute(statement)

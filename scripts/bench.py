@@ -1,0 +1,71 @@
+"""Timings of the lab's moving parts; speed is measured here, never asserted in tests.
+
+    python scripts/bench.py [--repeat N]
+
+Prints medians over N repetitions (default 5) of:
+- one incident driven end to end in process (two transactions, synchronous=FULL);
+- one `python -m labkit run` child process (what every crash experiment costs);
+- one crash round trip per crash point: a killed child, then `recover` in another child.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import closing
+from pathlib import Path
+
+import labkit
+
+
+def median_seconds(action, repeat: int) -> float:
+    samples = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        action()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    repeat = parser.parse_args(argv).repeat
+    incidents = labkit.list_incidents()
+
+    with tempfile.TemporaryDirectory() as folder:
+        counter = iter(range(10**6))
+
+        def fresh_db() -> Path:
+            return Path(folder) / f"bench-{next(counter)}.db"
+
+        def drive_all_in_process() -> None:
+            db = fresh_db()
+            with closing(labkit.connect(db)) as conn:
+                coordinator = labkit.Coordinator(conn, labkit.ReferenceProvider(labkit.call_log_for(db)))
+                for incident in incidents:
+                    coordinator.drive(incident)
+
+        per_batch = median_seconds(drive_all_in_process, repeat)
+        print(f"in process: {len(incidents)} incidents end to end in {per_batch * 1000:.0f} ms "
+              f"({per_batch / len(incidents) * 1000:.1f} ms per incident, two durable commits each)")
+
+        child = median_seconds(lambda: labkit.run_in_child(fresh_db(), incidents[0]), repeat)
+        print(f"child process: one `python -m labkit run` in {child * 1000:.0f} ms")
+
+        for point in labkit.CRASH_POINTS:
+            def round_trip() -> None:
+                db = fresh_db()
+                crashed = labkit.run_in_child(db, incidents[0], crash_at=point)
+                recovered = labkit.labkit_cli("recover", "--db", db)
+                assert crashed.killed_by == "SIGKILL" and recovered.returncode == 0, (crashed, recovered)
+
+            print(f"crash round trip at {point:<25} {median_seconds(round_trip, repeat) * 1000:6.0f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
