@@ -47,6 +47,16 @@ from .workspace import Workspace
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # `labkit.display` needs pandas, which takes a while to import; load it on first use so
+    # `python -m labkit` child processes start fast, while `labkit.display.runs_frame` still works.
+    if name == "display":
+        import importlib
+
+        return importlib.import_module(".display", __name__)
+    raise AttributeError(f"module 'labkit' has no attribute {name!r}")
+
 __all__ = [
     "BETWEEN_READ_AND_COMMIT", "CONTRACT", "CRASH_POINTS", "CallLog", "Coordinator", "CrashPlan",
     "DataFolderMissing", "DatabaseFolderMissing", "DriveResult", "Evidence", "EvidenceRejected",

@@ -26,7 +26,7 @@ from .errors import LabError, UnknownIncident
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents
 from .receipts import find_receipt_txn
 from .recovery import recover
-from .store import SCHEMA_VERSION, connect, list_runs_txn, load_evidence_txn
+from .store import SCHEMA_VERSION, connect, latest_time_txn, list_runs_txn, load_evidence_txn
 
 EXIT_BAD_INPUT = 2
 
@@ -81,7 +81,7 @@ def _run(args) -> int:
     if args.incident not in known:  # before the database is created: bad input changes nothing
         raise UnknownIncident(args.incident, len(known))
     with closing(connect(args.db)) as conn:
-        coordinator = Coordinator(conn, provider, clock=clock_from_env(), crash=plan)
+        coordinator = Coordinator(conn, provider, clock=clock_from_env(after=latest_time_txn(conn)), crash=plan)
         run = coordinator.start(args.incident)
         # flush: a crash point kills the process, and unflushed lines would vanish with it
         print(f"{args.incident}: recorded step is {run.step}", flush=True)
@@ -93,7 +93,9 @@ def _run(args) -> int:
 
 def _recover(args) -> int:
     provider = ReferenceProvider(call_log_for(args.db))
-    results = recover(args.db, provider, clock=clock_from_env())
+    with closing(connect(args.db)) as conn:
+        latest = latest_time_txn(conn)
+    results = recover(args.db, provider, clock=clock_from_env(after=latest))
     for result in results:
         how = "read the provider" if result.read_provider else "completed from committed evidence, no read"
         print(f"resumed {result.incident} from {result.from_step}: {how}; receipt {result.receipt.receipt_id}")

@@ -53,11 +53,17 @@ def parse_instant(text: str) -> datetime:
     return moment
 
 
-def clock_from_env() -> Clock:
-    """The clock for a command-line process: fixed by ``LABKIT_CLOCK`` when it is set.
+def clock_from_env(after: str | None = None) -> Clock:
+    """The clock for a command-line process: pinned by ``LABKIT_CLOCK`` when it is set.
 
-    Notebooks start crashing workflows as child processes; they set this variable so the
-    rows those children write are the same on every run.
+    Notebooks start crashing workflows as child processes and set this variable so the rows
+    those children write are the same on every run. ``after`` is the latest time already
+    stored in the database: a pinned clock starts one second past it, so a later process
+    never writes an earlier time than the process before it.
     """
     start = os.environ.get(CLOCK_ENV)
-    return TickingClock(start) if start else SystemClock()
+    if not start:
+        return SystemClock()
+    if after and parse_instant(after) >= parse_instant(start):
+        start = _iso(parse_instant(after) + timedelta(seconds=1))
+    return TickingClock(start)

@@ -57,7 +57,9 @@ def receipts_frame(db: str | Path) -> pd.DataFrame:
 def transitions_frame(db: str | Path, incident: str | None = None) -> pd.DataFrame:
     """The history of steps, oldest first: the timeline of each run."""
     where, params = ("WHERE incident = ?", (incident,)) if incident else ("", ())
-    return _query(db, f"SELECT seq, incident, from_step, to_step, state_version, at FROM transitions {where} ORDER BY seq", params)
+    # The transition that creates a run comes from no step; show that instead of a NULL.
+    sql = f"SELECT seq, incident, COALESCE(from_step, '(created)') AS from_step, to_step, state_version, at FROM transitions {where} ORDER BY seq"
+    return _query(db, sql, params)
 
 
 def provider_calls_frame(db_or_log: str | Path) -> pd.DataFrame:

@@ -275,6 +275,14 @@ def canonical_json(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def latest_time_txn(conn: sqlite3.Connection) -> str | None:
+    """The latest timestamp written to the database (ISO strings sort in time order)."""
+    return conn.execute(
+        "SELECT MAX(at) FROM (SELECT MAX(at) AS at FROM transitions UNION ALL SELECT MAX(recorded_at) FROM evidence"
+        " UNION ALL SELECT MAX(issued_at) FROM receipts)"
+    ).fetchone()[0]
+
+
 def snapshot_txn(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
     """Every row of every lab table, in a stable order: compare two to prove nothing changed."""
     tables = ("runs", "evidence", "receipts", "transitions")
