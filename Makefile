@@ -7,6 +7,8 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# JupyterLab refuses to run as root unless told; containers and CI machines often are root.
+LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: lab test unit nbval notebooks bench clean
 
@@ -16,7 +18,7 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $(STAMP)
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=notebooks
+	$(BIN)/jupyter lab --notebook-dir=notebooks $(LAB_ARGS)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest

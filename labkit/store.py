@@ -112,11 +112,14 @@ def connect(path: str | Path) -> sqlite3.Connection:
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         # Refuse a newer schema before any setting below is written into the file.
-        _refuse_newer_schema(conn, str(path))
+        found = _refuse_newer_schema(conn, str(path))
         conn.execute("PRAGMA journal_mode = WAL")
         conn.execute("PRAGMA synchronous = FULL")
         conn.execute("PRAGMA foreign_keys = ON")
-        _migrate(conn, str(path))
+        if found < SCHEMA_VERSION:
+            # Only an old or new file takes the write lock here; a reader of an up-to-date
+            # database must not queue behind a worker whose transaction is open.
+            _migrate(conn, str(path))
     except sqlite3.DatabaseError as error:
         conn.close()
         if "not a database" in str(error) or "malformed" in str(error):
