@@ -1,6 +1,6 @@
 """The evidence contract: what a provider response must be before any checkpoint advances.
 
-A provider response is data from outside, not an instruction. The coordinator records it
+What a provider returns is untrusted input, never an instruction. The coordinator records it
 only after :func:`check_evidence` has accepted it: bounded in size, valid UTF-8 JSON,
 matching the JSON Schema in ``labkit/schemas/``, and about the incident that was asked
 for. Nothing is repaired: a response that fails any check raises
