@@ -26,6 +26,7 @@ from .errors import (
     InjectedFailure,
     LabError,
     NotADatabase,
+    NotALabDatabase,
     ProviderUnavailable,
     ReceiptConflict,
     SchemaVersionMismatch,
@@ -60,7 +61,7 @@ def __getattr__(name: str):
 __all__ = [
     "BETWEEN_READ_AND_COMMIT", "CONTRACT", "CRASH_POINTS", "CallLog", "Coordinator", "CrashPlan",
     "DataFolderMissing", "DatabaseFolderMissing", "DriveResult", "Evidence", "EvidenceRejected",
-    "InjectedFailure", "LabError", "MAX_RESPONSE_BYTES", "NotADatabase", "ProviderUnavailable",
+    "InjectedFailure", "LabError", "MAX_RESPONSE_BYTES", "NotADatabase", "NotALabDatabase", "ProviderUnavailable",
     "ReadAdapter", "Receipt", "ReceiptConflict", "ReferenceProvider", "Run", "SCHEMA_VERSION",
     "SchemaVersionMismatch", "StaleTransition", "Step", "StepOrderError", "SystemClock", "TickingClock",
     "UnknownCrashPoint", "UnknownIncident", "UnknownRun", "WORKFLOW_VERSION", "Workspace",

@@ -75,7 +75,7 @@ def _incidents(args) -> int:
 
 
 def _run(args) -> int:
-    plan = CrashPlan(check_point(args.crash_at)) if args.crash_at else CrashPlan()
+    plan = CrashPlan(check_point(args.crash_at)) if args.crash_at is not None else CrashPlan()
     provider = ReferenceProvider(call_log_for(args.db))
     known = provider.incidents()
     if args.incident not in known:  # before the database is created: bad input changes nothing

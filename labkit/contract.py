@@ -25,7 +25,7 @@ if "jsonschema" not in sys.modules:
     sys.modules.setdefault("rfc3987_syntax", None)
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError, best_match
+from jsonschema.exceptions import ValidationError
 
 from .errors import EvidenceRejected
 from .store import canonical_json
@@ -56,9 +56,11 @@ def check_evidence(raw: bytes | str, incident: str) -> dict:
         raise EvidenceRejected(incident, "(response)", "not UTF-8 text") from None
     except json.JSONDecodeError as error:
         raise EvidenceRejected(incident, "(response)", f"not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
-    error = best_match(_validator().iter_errors(body))
-    if error is not None:
-        field, problem = _describe(error)
+    errors = [_describe(error) for error in _validator().iter_errors(body)]
+    if errors:
+        # Report the first problem in the contract's own field order: a missing count in
+        # `queue` explains a missing `diagnosis` better than the other way round.
+        field, problem = min(errors, key=lambda error: _reading_order(error[0]))
         raise EvidenceRejected(incident, field, problem)
     if body["incident"] != incident:
         raise EvidenceRejected(incident, "incident", f"the response is about {body['incident']!r}, not the incident that was asked for")
@@ -68,6 +70,12 @@ def check_evidence(raw: bytes | str, incident: str) -> dict:
 def evidence_digest(body: dict) -> str:
     """sha256 of the canonical JSON: the identity a receipt records for the evidence it used."""
     return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
+
+
+def _reading_order(field: str) -> tuple[int, str]:
+    top = field.split(".")[0]
+    order = _validator().schema["required"]
+    return (order.index(top) if top in order else len(order), field)
 
 
 def _describe(error: ValidationError) -> tuple[str, str]:

@@ -25,7 +25,16 @@ from .provider import ReadAdapter
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
 from .steps import Step
-from .store import Run, advance_txn, create_run_txn, load_evidence_txn, load_run_txn, store_evidence_txn, transaction
+from .store import (
+    Run,
+    advance_txn,
+    create_run_txn,
+    find_run_txn,
+    load_evidence_txn,
+    load_run_txn,
+    store_evidence_txn,
+    transaction,
+)
 
 #: The control flow this code implements. Bump it when a step changes meaning; runs stored
 #: under the old number are then refused until migrated (08_versioning).
@@ -65,10 +74,17 @@ class Coordinator:
         self.workflow_version = workflow_version
 
     def start(self, incident: str) -> Run:
-        """Create the run at ``not_inspected`` (or return it if it exists). Unknown ids change nothing."""
-        known = self.provider.incidents()
-        if incident not in known:
-            raise UnknownIncident(incident, len(known))
+        """Create the run at ``not_inspected`` (or return it if it exists). Unknown ids change nothing.
+
+        An existing run is returned from its row alone: resuming a run must not depend on the
+        provider being reachable, since completion needs only the committed evidence.
+        """
+        with transaction(self.conn):
+            run = find_run_txn(self.conn, incident)
+        if run is None:
+            known = self.provider.incidents()
+            if incident not in known:
+                raise UnknownIncident(incident, len(known))
         with transaction(self.conn):
             return create_run_txn(self.conn, incident, self.workflow_version, self.clock)
 

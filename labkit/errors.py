@@ -49,6 +49,14 @@ class NotADatabase(LabError):
         super().__init__(f"{path!r} is not a SQLite database ({reason}); refusing to touch it")
 
 
+class NotALabDatabase(LabError):
+    """A SQLite database that some other program made: labkit will not add its tables to it."""
+
+    def __init__(self, path: str, reason: str):
+        self.path = path
+        super().__init__(f"{path!r} is a SQLite database, but not a labkit one ({reason}); refusing to touch it")
+
+
 class SchemaVersionMismatch(LabError):
     """The database was written by a newer labkit whose schema this one does not know."""
 

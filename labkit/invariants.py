@@ -21,7 +21,7 @@ from pathlib import Path
 from .provider import CallLog, ReadAdapter
 from .recovery import recover
 from .steps import Step
-from .store import connect, list_runs_txn, snapshot_txn
+from .store import connect, list_runs_txn, snapshot
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def check_invariants(
         ):
             history.setdefault(incident, []).append((from_step, to_step, state_version))
         integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
-        before = snapshot_txn(conn)
+        before = snapshot(conn)
     calls_before = len(log.calls())
 
     results = []
@@ -70,7 +70,12 @@ def check_invariants(
     def record(number: int, failures: list[str], detail_ok: str) -> None:
         results.append(InvariantResult(number, STATEMENTS[number], not failures, "; ".join(failures) or detail_ok))
 
-    record(1, [f"{r.incident} at {r.step}" for r in runs if r.step is not Step.REPORT_COMPLETED], f"{len(runs)} runs")
+    missing = sorted(set(expected_reads) - {r.incident for r in runs})
+    record(
+        1,
+        [f"{i} has no run" for i in missing] + [f"{r.incident} at {r.step}" for r in runs if r.step is not Step.REPORT_COMPLETED],
+        f"{len(runs)} runs",
+    )
     record(2, [f"{r.incident} has {receipts.get(r.incident, 0)}" for r in runs if receipts.get(r.incident, 0) != 1], f"{len(runs)} receipts")
     record(3, [r.incident for r in runs if r.step is not Step.NOT_INSPECTED and r.incident not in with_evidence], "all present")
     record(4, [r.incident for r in runs if not _climbs(history.get(r.incident, []), r.step, r.version)], "all histories climb")
@@ -84,7 +89,7 @@ def check_invariants(
 
     again = recover(db_path, provider)
     with closing(connect(db_path)) as conn:
-        after = snapshot_txn(conn)
+        after = snapshot(conn)
     changed = [table for table in before if before[table] != after[table]]
     new_calls = len(log.calls()) - calls_before
     record(7, [f"{len(again)} runs resumed"] * bool(again) + [f"{t} changed" for t in changed]

@@ -122,28 +122,51 @@ class ReferenceProvider:
         return response
 
 
+_NODE_FIELDS = ("name", "mem_alarm", "disk_free_alarm")
+_QUEUE_FIELDS = ("name", "vhost", "type", "state", "consumers", "consumer_capacity",
+                 "messages_ready", "messages_unacknowledged", "message_stats")
+_RATES = ("publish_details", "deliver_get_details", "ack_details", "redeliver_details")
+
+
 def _answer(raw: bytes) -> bytes:
+    """Shape a snapshot into a contract response, copying what is there and inventing nothing.
+
+    A field missing from the snapshot is missing from the response, so the contract names it;
+    a snapshot that is not a JSON object goes back as it came, like an upstream error page.
+    """
     try:
         snapshot = json.loads(raw)
-        body = {
-            "contract": CONTRACT,
-            "incident": snapshot["incident"],
-            "observed_at": snapshot["opened_at"],
-            "node": {key: snapshot["node"][key] for key in ("name", "mem_alarm", "disk_free_alarm")},
-            "queue": {
-                key: snapshot["queue"][key]
-                for key in ("name", "vhost", "type", "state", "consumers", "consumer_capacity",
-                            "messages_ready", "messages_unacknowledged", "message_stats")
-            },
-            "diagnosis": diagnose(snapshot),
-        }
-        body["queue"]["message_stats"] = {
-            key: {"rate": snapshot["queue"]["message_stats"][key]["rate"]}
-            for key in ("publish_details", "deliver_get_details", "ack_details", "redeliver_details")
-        }
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except ValueError:
         return raw
+    if not isinstance(snapshot, dict):
+        return raw
+    body: dict = {"contract": CONTRACT}
+    if "incident" in snapshot:
+        body["incident"] = snapshot["incident"]
+    if "opened_at" in snapshot:
+        body["observed_at"] = snapshot["opened_at"]
+    node, queue = snapshot.get("node"), snapshot.get("queue")
+    if node is not None:
+        body["node"] = _subset(node, _NODE_FIELDS) if isinstance(node, dict) else node
+    if queue is not None and not isinstance(queue, dict):
+        body["queue"] = queue
+    elif isinstance(queue, dict):
+        body["queue"] = _subset(queue, _QUEUE_FIELDS)
+        stats = queue.get("message_stats")
+        if isinstance(stats, dict):
+            body["queue"]["message_stats"] = {
+                key: _subset(stats[key], ("rate",)) if isinstance(stats[key], dict) else stats[key]
+                for key in _RATES if key in stats
+            }
+    try:
+        body["diagnosis"] = diagnose(snapshot)
+    except (KeyError, TypeError, AttributeError):
+        pass  # the rules could not run on this snapshot; the contract will say which field is wrong
     return json.dumps(body, indent=1).encode("utf-8")
+
+
+def _subset(source: dict, keys: tuple[str, ...]) -> dict:
+    return {key: source[key] for key in keys if key in source}
 
 
 def diagnose(snapshot: dict) -> dict:

@@ -20,6 +20,7 @@ from .clock import Clock
 from .errors import (
     DatabaseFolderMissing,
     NotADatabase,
+    NotALabDatabase,
     SchemaVersionMismatch,
     StaleTransition,
     UnknownRun,
@@ -153,9 +154,15 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
 
 
 def _refuse_newer_schema(conn: sqlite3.Connection, where: str) -> int:
+    """The file's schema version, refusing what this labkit cannot read or must not change."""
     found = conn.execute("PRAGMA user_version").fetchone()[0]
     if found > SCHEMA_VERSION:
         raise SchemaVersionMismatch(where, found, SCHEMA_VERSION)
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if found == 0 and tables:
+        raise NotALabDatabase(where, f"it holds tables ({', '.join(sorted(tables)[:3])}) but no labkit schema version")
+    if found > 0 and "runs" not in tables:
+        raise NotALabDatabase(where, f"its schema version is {found} but it has no runs table")
     return found
 
 
@@ -286,7 +293,18 @@ def latest_time_txn(conn: sqlite3.Connection) -> str | None:
     ).fetchone()[0]
 
 
-def snapshot_txn(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
-    """Every row of every lab table, in a stable order: compare two to prove nothing changed."""
+def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
+    """Every row of every lab table, in a stable order: compare two to prove nothing changed.
+
+    The tables are read in one read transaction, so the snapshot is of a single moment even
+    while other processes commit; inside a caller's open transaction, that one is used.
+    """
     tables = ("runs", "evidence", "receipts", "transitions")
-    return {table: [tuple(row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1")] for table in tables}
+    own = not conn.in_transaction
+    if own:
+        conn.execute("BEGIN")  # deferred: a read transaction, no write lock taken
+    try:
+        return {table: [tuple(row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1")] for table in tables}
+    finally:
+        if own:
+            conn.execute("COMMIT")
