@@ -1,0 +1,224 @@
+"""Shared fixtures: a file database per test, the provider with its own log, and helpers.
+
+Every test gets its own folder under ``tmp_path`` (``work/``) holding the checkpoint
+database ``lab.db`` and, beside it, the provider's call log. Nothing is shared between
+tests, so they can run in any order.
+
+The command line is always run as a real child process (``python -m labkit ...``), the
+way a user, CI or an outside check drives it; crash points really SIGKILL that child.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import labkit
+from labkit.processes import child_env
+from labkit.provider import CallLog
+from labkit.store import SQLITE_HEADER
+from labkit.store import snapshot as table_rows
+
+REPO = Path(labkit.__file__).resolve().parent.parent
+DATA = REPO / "data"
+INCIDENTS = sorted(path.stem for path in (DATA / "incidents").glob("INC-*.json"))
+
+
+@pytest.fixture(autouse=True)
+def _no_inherited_lab_settings(monkeypatch):
+    """Children inherit our environment: make sure a developer's shell cannot steer them."""
+    monkeypatch.delenv("LABKIT_DATA_DIR", raising=False)
+    monkeypatch.delenv("LABKIT_CLOCK", raising=False)
+
+
+# --------------------------------------------------------------------------- the lab
+
+
+@dataclass
+class Lab:
+    """One test's durable world: the database, the provider's log beside it, a clock."""
+
+    folder: Path
+    db: Path
+    clock: labkit.TickingClock = field(default_factory=labkit.TickingClock)
+
+    @property
+    def call_log(self) -> Path:
+        return labkit.call_log_for(self.db)
+
+    @property
+    def log(self) -> CallLog:
+        return CallLog(self.call_log)
+
+    def reads(self, incident: str) -> int:
+        return self.log.reads_of(incident)
+
+    def provider(self, data: str | Path | None = None) -> labkit.ReferenceProvider:
+        return labkit.ReferenceProvider(self.call_log, data)
+
+    def connect(self) -> sqlite3.Connection:
+        return labkit.connect(self.db)
+
+    def coordinator(self, conn: sqlite3.Connection, **options) -> labkit.Coordinator:
+        options.setdefault("clock", self.clock)
+        return labkit.Coordinator(conn, options.pop("provider", None) or self.provider(), **options)
+
+
+@pytest.fixture
+def folder(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    work.mkdir()
+    return work
+
+
+@pytest.fixture
+def db(folder: Path) -> Path:
+    return folder / "lab.db"
+
+
+@pytest.fixture
+def clock() -> labkit.TickingClock:
+    return labkit.TickingClock()
+
+
+@pytest.fixture
+def lab(folder: Path, db: Path, clock: labkit.TickingClock) -> Lab:
+    return Lab(folder, db, clock)
+
+
+@pytest.fixture
+def provider(lab: Lab) -> labkit.ReferenceProvider:
+    return lab.provider()
+
+
+@pytest.fixture
+def conn(lab: Lab):
+    with closing(lab.connect()) as connection:
+        yield connection
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> labkit.processes.ChildOutcome:
+    """``python -m labkit ARGS`` in a real child process; returncode, stdout, stderr."""
+    return labkit.labkit_cli(*(str(a) for a in args), env=env)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
+
+
+def run_python(code: str, *args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``python -c CODE ARGS`` in a child with the same environment the CLI children get."""
+    return subprocess.run(
+        [sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, env=child_env(env), timeout=120
+    )
+
+
+@pytest.fixture
+def python_child():
+    return run_python
+
+
+def status_json(db: Path, env: dict[str, str] | None = None) -> dict:
+    """``status --json`` through the real command line, parsed; it must be one JSON object."""
+    done = run_cli("status", "--db", db, "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("\n") == 1, f"status --json printed more than one line: {done.stdout!r}"
+    status = json.loads(done.stdout)
+    assert isinstance(status, dict)
+    return status
+
+
+@pytest.fixture
+def status():
+    return status_json
+
+
+def assert_refused(outcome, *words: str) -> str:
+    """Bad input: exit 2, exactly one line on stderr naming the problem, no traceback."""
+    assert outcome.returncode == 2, f"{outcome}\nstdout: {outcome.stdout!r}\nstderr: {outcome.stderr!r}"
+    assert "Traceback" not in outcome.stderr, outcome.stderr
+    lines = outcome.stderr.splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}: {outcome.stderr!r}"
+    assert lines[0].strip(), "the one stderr line is empty"
+    for word in words:
+        assert word in lines[0], f"{word!r} not named in: {lines[0]!r}"
+    return lines[0]
+
+
+@pytest.fixture
+def refused():
+    return assert_refused
+
+
+# --------------------------------------------------------------------------- "nothing changed"
+
+
+def take_snapshot(db: Path) -> dict:
+    """The whole observable state: files in the folder, the provider's log, every lab row.
+
+    Files are listed before the database is opened (opening it creates -wal/-shm for a
+    moment). A file that labkit refuses to open is recorded by its bytes' digest instead.
+    """
+    folder = db.parent
+    files = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else None
+    log = labkit.call_log_for(db)
+    state: dict = {
+        "files": files,
+        "provider_log": log.read_text(encoding="utf-8") if log.exists() else None,
+        "rows": None,
+        "bytes": None,
+    }
+    if db.is_file():
+        content = db.read_bytes()
+        if content[: len(SQLITE_HEADER)] == SQLITE_HEADER:
+            try:
+                with closing(labkit.connect(db)) as conn:
+                    state["rows"] = table_rows(conn)
+            except labkit.LabError:
+                state["bytes"] = hashlib.sha256(content).hexdigest()
+        else:
+            state["bytes"] = hashlib.sha256(content).hexdigest()
+    return state
+
+
+@pytest.fixture
+def snapshot():
+    return take_snapshot
+
+
+# --------------------------------------------------------------------------- direct db checks
+
+
+def raw_query(db: Path, sql: str, params: tuple = ()) -> list[tuple]:
+    """Read the database with plain sqlite3, independently of labkit's own helpers."""
+    with closing(sqlite3.connect(db)) as conn:
+        return [tuple(row) for row in conn.execute(sql, params).fetchall()]
+
+
+@pytest.fixture
+def query():
+    return raw_query
+
+
+# --------------------------------------------------------------------------- data copies
+
+
+@pytest.fixture
+def data_copy(tmp_path: Path) -> Path:
+    """A writable copy of data/ (outside the db folder) for tests that alter an incident."""
+    copy = tmp_path / "data"
+    shutil.copytree(DATA / "incidents", copy / "incidents")
+    return copy

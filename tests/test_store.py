@@ -1,0 +1,183 @@
+"""The checkpoint store: connection settings, schema version, the database's own guards."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from contextlib import closing
+
+import pytest
+
+import labkit
+from labkit.steps import Step
+from labkit.store import BUSY_TIMEOUT_MS, advance_txn, find_run_txn, load_run_txn, transaction
+
+INC = "INC-1004"
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# --------------------------------------------------------------------------- settings
+
+
+def test_connection_uses_the_lab_settings(conn):
+    assert conn.isolation_level is None, "Python's implicit transactions must be off"
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == BUSY_TIMEOUT_MS > 0
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.SCHEMA_VERSION >= 1
+
+
+def test_settings_hold_on_every_reopen(lab):
+    for _ in range(2):
+        with closing(lab.connect()) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
+            assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.SCHEMA_VERSION
+
+
+def test_new_database_has_the_lab_tables(conn):
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert {"runs", "evidence", "receipts", "transitions"} <= tables
+    triggers = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
+    assert "runs_step_moves_forward" in triggers
+
+
+# --------------------------------------------------------------------------- schema version
+
+
+def test_newer_schema_is_refused_and_the_file_left_alone(lab):
+    with closing(lab.connect()) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    before = _digest(lab.db)
+    with pytest.raises(labkit.SchemaVersionMismatch) as caught:
+        labkit.connect(lab.db)
+    assert (caught.value.found, caught.value.expected) == (99, labkit.SCHEMA_VERSION)
+    assert "99" in str(caught.value)
+    assert _digest(lab.db) == before
+    assert sorted(p.name for p in lab.folder.iterdir()) == ["lab.db"]
+
+
+def test_newer_schema_in_a_rollback_journal_file_is_left_alone(lab):
+    """A file written by someone else's SQLite (not in WAL mode) must not be converted either."""
+    with closing(sqlite3.connect(lab.db)) as conn:
+        conn.execute("CREATE TABLE future (x)")
+        conn.execute("PRAGMA user_version = 99")
+        conn.commit()
+    before = _digest(lab.db)
+    with pytest.raises(labkit.SchemaVersionMismatch):
+        labkit.connect(lab.db)
+    assert _digest(lab.db) == before
+    assert sorted(p.name for p in lab.folder.iterdir()) == ["lab.db"]
+
+
+def test_a_file_that_is_not_a_database_is_refused_byte_for_byte(lab):
+    lab.db.write_text("incident,kind\nINC-1001,consumer_outage\n", encoding="utf-8")
+    before = _digest(lab.db)
+    with pytest.raises(labkit.NotADatabase):
+        labkit.connect(lab.db)
+    assert _digest(lab.db) == before
+    assert sorted(p.name for p in lab.folder.iterdir()) == ["lab.db"]
+
+
+def test_a_missing_folder_is_refused_and_not_created(tmp_path):
+    target = tmp_path / "nowhere" / "lab.db"
+    with pytest.raises(labkit.DatabaseFolderMissing):
+        labkit.connect(target)
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_a_folder_is_not_a_database(folder):
+    with pytest.raises(labkit.NotADatabase):
+        labkit.connect(folder)
+
+
+# --------------------------------------------------------------------------- transactions
+
+
+def test_transaction_rolls_back_on_any_base_exception(lab, conn):
+    coordinator = lab.coordinator(conn)
+    coordinator.start(INC)
+    before = labkit.store.snapshot(conn)
+    with pytest.raises(KeyboardInterrupt):
+        with transaction(conn):
+            conn.execute("UPDATE runs SET step = 'evidence_recorded' WHERE incident = ?", (INC,))
+            raise KeyboardInterrupt
+    assert not conn.in_transaction
+    assert labkit.store.snapshot(conn) == before
+    with closing(lab.connect()) as fresh:
+        assert find_run_txn(fresh, INC).step is Step.NOT_INSPECTED
+
+
+def test_compare_and_set_refuses_a_stale_transition(lab, conn):
+    coordinator = lab.coordinator(conn)
+    stale = coordinator.start(INC)
+    # another worker, on its own connection, moves the run first
+    with closing(lab.connect()) as other:
+        with transaction(other):
+            advance_txn(other, load_run_txn(other, INC, labkit.WORKFLOW_VERSION), Step.EVIDENCE_RECORDED, lab.clock)
+    before = labkit.store.snapshot(conn)
+    with pytest.raises(labkit.StaleTransition) as caught:
+        with transaction(conn):
+            advance_txn(conn, stale, Step.EVIDENCE_RECORDED, lab.clock)
+    assert (caught.value.run, caught.value.expected_step, caught.value.expected_version) == (INC, "not_inspected", 0)
+    assert INC in str(caught.value) and "0" in str(caught.value)
+    assert labkit.store.snapshot(conn) == before  # no second transition row, no version bump
+    run = find_run_txn(conn, INC)
+    assert (run.step, run.version) == (Step.EVIDENCE_RECORDED, 1)
+
+
+def test_compare_and_set_checks_the_version_not_only_the_step(lab, conn):
+    run = lab.coordinator(conn).start(INC)
+    with transaction(conn):
+        conn.execute("UPDATE runs SET version = version + 1 WHERE incident = ?", (INC,))
+    with pytest.raises(labkit.StaleTransition):
+        with transaction(conn):
+            advance_txn(conn, run, Step.EVIDENCE_RECORDED, lab.clock)
+    assert find_run_txn(conn, INC).step is Step.NOT_INSPECTED
+
+
+# --------------------------------------------------------------------------- the database's own guards
+
+
+def test_trigger_refuses_a_backwards_step(lab, conn):
+    coordinator = lab.coordinator(conn)
+    coordinator.start(INC)
+    coordinator.inspect(INC)
+    before = labkit.store.snapshot(conn)
+    with pytest.raises(sqlite3.IntegrityError, match="backwards"):
+        conn.execute("UPDATE runs SET step = 'not_inspected' WHERE incident = ?", (INC,))
+    coordinator.complete(INC)
+    with pytest.raises(sqlite3.IntegrityError, match="backwards"):
+        conn.execute("UPDATE runs SET step = 'evidence_recorded' WHERE incident = ?", (INC,))
+    assert find_run_txn(conn, INC).step is Step.REPORT_COMPLETED
+    assert before["evidence"] == labkit.store.snapshot(conn)["evidence"]
+
+
+def test_step_column_accepts_only_the_three_steps(lab, conn):
+    lab.coordinator(conn).start(INC)
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute("UPDATE runs SET step = 'done' WHERE incident = ?", (INC,))
+
+
+def test_evidence_and_receipts_must_belong_to_a_run(conn):
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute(
+            "INSERT INTO evidence (incident, contract, body, digest, recorded_at) VALUES ('INC-1001', 'c', '{}', 'd', 't')"
+        )
+    with pytest.raises(sqlite3.IntegrityError):
+        conn.execute(
+            "INSERT INTO receipts (incident, receipt_id, evidence_digest, report, issued_at) VALUES ('INC-1001', 'r', 'd', '{}', 't')"
+        )
+    assert conn.execute("SELECT COUNT(*) FROM evidence").fetchone()[0] == 0
+    assert conn.execute("SELECT COUNT(*) FROM receipts").fetchone()[0] == 0
+
+
+def test_canonical_json_is_one_spelling_per_value():
+    from labkit.store import canonical_json
+
+    assert canonical_json({"b": 1, "a": [1, 2]}) == canonical_json({"a": [1, 2], "b": 1}) == '{"a":[1,2],"b":1}'
