@@ -115,6 +115,26 @@ def test_a_database_with_a_newer_schema_is_refused(lab, cli, refused):
         assert sorted(p.name for p in lab.folder.iterdir()) == ["lab.db"]
 
 
+@pytest.mark.parametrize(
+    ("user_version", "words"),
+    [(0, ["holds tables", "orders"]), (1, ["schema version is 1", "no runs table"])],
+    ids=["unversioned", "version-1-without-runs"],
+)
+def test_another_programs_sqlite_database_is_left_byte_for_byte(user_version, words, folder, cli, refused):
+    """A real SQLite file that some other program made: labkit must not add its tables to it."""
+    target = folder / "shop.db"
+    with closing(sqlite3.connect(target)) as other:
+        other.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)")
+        other.execute("INSERT INTO orders (total) VALUES (9.5)")
+        other.execute(f"PRAGMA user_version = {user_version}")
+        other.commit()
+    content = target.read_bytes()
+    for args in (("run", "--db", target, "--incident", INC), ("recover", "--db", target), ("status", "--db", target, "--json")):
+        refused(cli(*args), "shop.db", "not a labkit one", *words)
+        assert target.read_bytes() == content
+        assert sorted(p.name for p in folder.iterdir()) == ["shop.db"], "no -wal, -shm or provider log may appear"
+
+
 def test_a_run_of_another_workflow_version_is_refused(lab, cli, refused, snapshot):
     with closing(lab.connect()) as conn:
         future = lab.coordinator(conn, workflow_version=2)
