@@ -154,3 +154,22 @@ def test_the_hygiene_checks_can_fail(tmp_path):
     for check in checks:
         with pytest.raises(AssertionError):
             check(path)
+
+
+#: The one output the lab lets nbval skip: the exact Python minor version in 00, which may
+#: differ between two correct machines. Everything a lesson proves is compared.
+ALLOWED_UNCOMPARED = {("00_setup_check", "print(f\"this kernel runs Python")}
+UNCOMPARED = re.compile(r"^\s*#\s*NBVAL_(IGNORE_OUTPUT|SKIP)\s*$", re.MULTILINE)
+
+
+@pytest.mark.parametrize("path", PARAMS)
+def test_no_demonstration_is_excluded_from_comparison(path):
+    """nbval must compare every cell that shows a guarantee: rollback, re-read, single receipt."""
+    excluded = []
+    for cell in code_cells(load(path)):
+        source = text(cell["source"])
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if UNCOMPARED.search(source) or tags & {"nbval-ignore-output", "nbval-skip"}:
+            if not any(path.stem == stem and snippet in source for stem, snippet in ALLOWED_UNCOMPARED):
+                excluded.append(source.strip().splitlines()[-1])
+    assert excluded == [], f"cells whose output nbval would not compare: {excluded}"
