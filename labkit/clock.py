@@ -11,6 +11,8 @@ import os
 from datetime import datetime, timedelta, timezone
 from typing import Protocol
 
+from .errors import BadClock
+
 #: Environment variable that pins the clock of a ``python -m labkit`` process.
 CLOCK_ENV = "LABKIT_CLOCK"
 
@@ -64,6 +66,10 @@ def clock_from_env(after: str | None = None) -> Clock:
     start = os.environ.get(CLOCK_ENV)
     if not start:
         return SystemClock()
+    try:
+        parse_instant(start)
+    except ValueError:
+        raise BadClock(start) from None
     if after and parse_instant(after) >= parse_instant(start):
         start = _iso(parse_instant(after) + timedelta(seconds=1))
     return TickingClock(start)

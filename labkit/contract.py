@@ -12,20 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import sys
 from functools import lru_cache
 from pathlib import Path
-
-# jsonschema imports rfc3987_syntax, when installed (JupyterLab's dependencies bring it),
-# only to check the "iri" format, and that import compiles ~35 parsers: about a second of
-# start-up for every `python -m labkit` child process. The contract uses no formats, so we
-# let that optional import fail (python-jsonschema/jsonschema#1428). This only applies if
-# nothing imported jsonschema earlier in the process.
-if "jsonschema" not in sys.modules:
-    sys.modules.setdefault("rfc3987_syntax", None)
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
 
 from .errors import EvidenceRejected
 from .store import canonical_json
@@ -39,7 +27,11 @@ MAX_RESPONSE_BYTES = 16_384
 
 
 @lru_cache(maxsize=1)
-def _validator() -> Draft202012Validator:
+def _validator():
+    # Imported on first use: `python -m labkit` sets up a faster jsonschema import in
+    # labkit/__main__.py, which runs after this package is imported but before any check.
+    from jsonschema import Draft202012Validator
+
     schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
     Draft202012Validator.check_schema(schema)
     return Draft202012Validator(schema)
@@ -78,7 +70,7 @@ def _reading_order(field: str) -> tuple[int, str]:
     return (order.index(top) if top in order else len(order), field)
 
 
-def _describe(error: ValidationError) -> tuple[str, str]:
+def _describe(error) -> tuple[str, str]:
     """Turn a jsonschema error into (dotted field path, short problem) for a one-line message."""
     path = [str(part) for part in error.absolute_path]
     if error.validator == "required":

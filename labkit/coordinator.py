@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from . import contract
 from .clock import Clock, SystemClock
 from .crashpoints import NO_CRASH, CrashPlan
-from .errors import StepOrderError, UnknownIncident
+from .errors import InconsistentRun, StepOrderError, UnknownIncident, WorkflowVersionMismatch
 from .provider import ReadAdapter
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
@@ -32,6 +32,7 @@ from .store import (
     find_run_txn,
     load_evidence_txn,
     load_run_txn,
+    read_transaction,
     store_evidence_txn,
     transaction,
 )
@@ -43,11 +44,16 @@ WORKFLOW_VERSION = 1
 
 @dataclass(frozen=True)
 class DriveResult:
-    """What one call of :meth:`Coordinator.drive` did to a run."""
+    """What one call of :meth:`Coordinator.drive` did to a run.
+
+    ``completed`` is True only if this call committed the completion; False means the run
+    was already completed, by an earlier call or by another worker that got there first.
+    """
 
     incident: str
     from_step: Step
     read_provider: bool
+    completed: bool
     receipt: Receipt
 
 
@@ -79,13 +85,16 @@ class Coordinator:
         An existing run is returned from its row alone: resuming a run must not depend on the
         provider being reachable, since completion needs only the committed evidence.
         """
-        with transaction(self.conn):
+        with read_transaction(self.conn):  # no write lock: a resumed run only needs reading
             run = find_run_txn(self.conn, incident)
-        if run is None:
-            known = self.provider.incidents()
-            if incident not in known:
-                raise UnknownIncident(incident, len(known))
-        with transaction(self.conn):
+        if run is not None:
+            if run.workflow_version != self.workflow_version:
+                raise WorkflowVersionMismatch(incident, run.workflow_version, self.workflow_version)
+            return run
+        known = self.provider.incidents()
+        if incident not in known:
+            raise UnknownIncident(incident, len(known))
+        with transaction(self.conn):  # another worker may create it first; this returns theirs
             return create_run_txn(self.conn, incident, self.workflow_version, self.clock)
 
     def inspect(self, incident: str) -> Run:
@@ -112,18 +121,26 @@ class Coordinator:
 
         Completing a completed run returns its receipt and writes nothing.
         """
+        return self._complete(incident)[0]
+
+    def _complete(self, incident: str) -> tuple[Receipt, bool]:
         with transaction(self.conn):
             run = load_run_txn(self.conn, incident, self.workflow_version)
             if run.step is Step.REPORT_COMPLETED:
-                return find_receipt_txn(self.conn, incident)
+                stored = find_receipt_txn(self.conn, incident)
+                if stored is None:
+                    raise InconsistentRun(incident, "it is at report_completed but has no receipt")
+                return stored, False
             if run.step is not Step.EVIDENCE_RECORDED:
                 raise StepOrderError(incident, run.step.value, "complete")
             evidence = load_evidence_txn(self.conn, incident)
+            if evidence is None:
+                raise InconsistentRun(incident, "it is at evidence_recorded but has no evidence")
             receipt = issue_receipt_txn(self.conn, incident, self.workflow_version, build_report(evidence), self.clock)
             advance_txn(self.conn, run, Step.REPORT_COMPLETED, self.clock)
             self.crash.reached("before_completion_commit")
         self.crash.reached("after_completion_commit")
-        return receipt
+        return receipt, True
 
     def drive(self, incident: str) -> DriveResult:
         """Take a run from wherever it is recorded to ``report_completed``.
@@ -133,5 +150,5 @@ class Coordinator:
         """
         from_step = self.start(incident).step
         _, read = self._inspect(incident)
-        receipt = self.complete(incident)
-        return DriveResult(incident, from_step, read, receipt)
+        receipt, completed = self._complete(incident)
+        return DriveResult(incident, from_step, read, completed, receipt)

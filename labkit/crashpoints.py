@@ -1,8 +1,11 @@
 """Named places where a run can be stopped abruptly, to prove what survives.
 
 At a crash point armed in ``kill`` mode the process sends itself SIGKILL: no ``except``,
-no ``finally``, no ``atexit`` runs, buffered output is lost, and SQLite is left with
-whatever it had made durable. That is the honest model of a power cut or an OOM kill.
+no ``finally``, no ``atexit`` runs, and output still buffered in the process is lost. What
+the process had already handed to the operating system (SQLite's writes included) stays.
+That is the model of an out-of-memory kill, ``kill -9`` or a container being stopped; a
+power cut, which also loses what the OS had not yet written to disk, is what
+``synchronous=FULL`` is for, and cannot be shown from inside a notebook.
 In ``raise`` mode the point raises :class:`~labkit.errors.InjectedFailure` instead, an
 ordinary exception that the transaction around it rolls back (04_rollback).
 

@@ -1,7 +1,8 @@
 """Small tables for notebooks: the durable state, as pandas frames.
 
 Every function opens its own short connection and closes it, the way an operator's query
-would; none of them writes. Timestamps come from the injected clock, so frames are stable
+would; none of them changes a row (though, like every labkit command, opening a path where
+no database exists yet creates an empty one). Timestamps come from the injected clock, so frames are stable
 from run to run. pandas is imported here only, so the command line starts fast.
 """
 
@@ -14,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from .provider import CallLog, call_log_for
+from .status import status_of
 from .store import connect
 
 
@@ -72,8 +74,6 @@ def provider_calls_frame(db_or_log: str | Path) -> pd.DataFrame:
 
 def status_frame(db: str | Path) -> pd.DataFrame:
     """What ``python -m labkit status --json`` reports, as a table."""
-    from .cli import status_of
-
     runs = status_of(db)["runs"]
     columns = ["incident", "workflow_version", "step", "evidence", "receipts", "provider_reads"]
     return pd.DataFrame([{c: run[c] for c in columns} for run in runs], columns=columns)

@@ -1,26 +1,41 @@
 """Every error labkit raises on purpose.
 
 One base class, :class:`LabError`, so the command line can turn any of them into a
-one-line message and exit code 2, and one subclass per thing that went wrong, each
-carrying its fields so a notebook or a test can inspect them instead of parsing text.
+one-line message, and one subclass per thing that went wrong, each carrying its fields so
+a notebook or a test can inspect them instead of parsing text.
+
+Each class says how the command line exits: 2 for bad input (the caller must change
+something before trying again), 1 for a failure at run time (a provider outage, a lost
+race) that the same command may survive later.
 """
 
 from __future__ import annotations
+
+EXIT_BAD_INPUT = 2
+EXIT_FAILURE = 1
+
+
+def shown(value: str, limit: int = 60) -> str:
+    """``repr`` of a user-supplied value, cut short: a 100 KB id must not become a 100 KB message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
 
 
 class LabError(Exception):
     """Base class: a problem labkit detected and refused to act on.
 
-    When one of these is raised, labkit has changed nothing durable: the
-    transaction it was in has been rolled back.
+    The transaction in which it was raised has been rolled back; what earlier
+    transactions committed stays committed.
     """
+
+    exit_code = EXIT_BAD_INPUT
 
 
 class UnknownIncident(LabError):
     def __init__(self, incident: str, known: int):
         self.incident = incident
         super().__init__(
-            f"unknown incident {incident!r}: not one of the {known} incidents in data/ "
+            f"unknown incident {shown(incident)}: not one of the {known} incidents in data/ "
             "(list them with: python -m labkit incidents)"
         )
 
@@ -34,7 +49,7 @@ class UnknownRun(LabError):
 class UnknownCrashPoint(LabError):
     def __init__(self, point: str, known: tuple[str, ...]):
         self.point = point
-        super().__init__(f"unknown crash point {point!r}: expected one of {', '.join(known)}")
+        super().__init__(f"unknown crash point {shown(point)}: expected one of {', '.join(known)}")
 
 
 class DatabaseFolderMissing(LabError):
@@ -84,6 +99,8 @@ class WorkflowVersionMismatch(LabError):
 class StaleTransition(LabError):
     """A compare-and-set transition found the run somewhere other than where it expected."""
 
+    exit_code = EXIT_FAILURE
+
     def __init__(self, run: str, expected_step: str, expected_version: int):
         self.run, self.expected_step, self.expected_version = run, expected_step, expected_version
         super().__init__(
@@ -113,6 +130,8 @@ class EvidenceRejected(LabError):
 class ProviderUnavailable(LabError):
     """The read adapter could not produce a response (a timeout, a refused connection)."""
 
+    exit_code = EXIT_FAILURE
+
     def __init__(self, incident: str, reason: str):
         self.incident, self.reason = incident, reason
         super().__init__(f"provider could not read {incident!r}: {reason}")
@@ -123,6 +142,8 @@ class InjectedFailure(LabError):
 
     04_rollback uses it to show that the transaction around the point rolls back.
     """
+
+    exit_code = EXIT_FAILURE
 
     def __init__(self, point: str):
         self.point = point
@@ -138,9 +159,51 @@ class DataFolderMissing(LabError):
 class ReceiptConflict(LabError):
     """A receipt exists for the run but was built from other evidence: not the same operation."""
 
+    exit_code = EXIT_FAILURE
+
     def __init__(self, incident: str, stored_digest: str, offered_digest: str):
         self.incident, self.stored_digest, self.offered_digest = incident, stored_digest, offered_digest
         super().__init__(
             f"run {incident!r} already has a receipt for evidence {stored_digest[:12]}, "
             f"not for evidence {offered_digest[:12]}"
         )
+
+
+class InconsistentRun(LabError):
+    """The rows of a run contradict each other, e.g. ``report_completed`` without a receipt.
+
+    The coordinator never writes such rows; something else edited the database.
+    """
+
+    exit_code = EXIT_FAILURE
+
+    def __init__(self, run: str, problem: str):
+        self.run, self.problem = run, problem
+        super().__init__(f"run {run!r} is inconsistent: {problem}; restore the database or inspect it by hand")
+
+
+class DatabaseUnavailable(LabError):
+    """SQLite could not open or write the file: permissions, a read-only disk, a locked file."""
+
+    exit_code = EXIT_FAILURE
+
+    def __init__(self, path: str, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"cannot use database {path!r}: {reason}")
+
+
+class CorruptCallLog(LabError):
+    """A line of the provider's call log is not what the provider writes."""
+
+    exit_code = EXIT_FAILURE
+
+    def __init__(self, path: str, line: int):
+        self.path, self.line = path, line
+        super().__init__(f"provider call log {path!r} is damaged at line {line}; reads cannot be counted")
+
+
+class BadClock(LabError):
+    def __init__(self, value: str):
+        self.value = value
+        super().__init__(f"LABKIT_CLOCK={shown(value)} is not an instant like 2026-03-02T09:00:00Z")
+

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .clock import CLOCK_ENV
+from .store import connect
 
 #: The instant every child's clock starts from, unless the caller's environment sets one.
 LESSON_INSTANT = "2026-03-02T09:00:00Z"
@@ -75,18 +76,39 @@ def run_in_child(db: str | Path, incident: str, crash_at: str | None = None, **k
     return labkit_cli(*args, **kwargs)
 
 
-def race(*commands: tuple[str | Path, ...], env: dict[str, str] | None = None, timeout: float = 120) -> list[ChildOutcome]:
+def race(
+    *commands: tuple[str | Path, ...],
+    gate: str | Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> list[ChildOutcome]:
     """Start every command at once, wait for all, and return their outcomes in order.
 
-    All children are started before any is waited on, so they really run concurrently;
-    the database's write lock decides who goes first.
+    Without ``gate`` the children merely start together; the first may finish before the
+    last has begun. With ``gate``, a database whose runs already exist, this process holds
+    that database's write lock while the children start and lets go only once every child
+    has printed its first line, which it does after reading its run's step. So every child
+    has seen the run as it was before any of them could change it, and all of them go for
+    the next write together: a real race, decided by SQLite's lock, not by start-up order.
     """
-    started = [
-        (args, subprocess.Popen(_argv(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(env)))
-        for args in commands
-    ]
+    holder = None
+    if gate is not None:
+        holder = connect(gate)
+        holder.execute("BEGIN IMMEDIATE")
+    try:
+        started = [
+            (args, subprocess.Popen(_argv(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(env)))
+            for args in commands
+        ]
+        # A child that needs the lock before its first line (a new run) gives up after the
+        # busy timeout and exits, so this read cannot wait forever.
+        first_lines = [process.stdout.readline() if holder is not None else "" for _, process in started]
+    finally:
+        if holder is not None:
+            holder.execute("ROLLBACK")
+            holder.close()
     outcomes = []
-    for args, process in started:
+    for (args, process), first in zip(started, first_lines):
         stdout, stderr = process.communicate(timeout=timeout)
-        outcomes.append(ChildOutcome(_shown(args), process.returncode, stdout, stderr))
+        outcomes.append(ChildOutcome(_shown(args), process.returncode, first + stdout, stderr))
     return outcomes

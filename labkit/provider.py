@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from .contract import CONTRACT
-from .errors import DataFolderMissing, ProviderUnavailable, UnknownIncident
+from .errors import CorruptCallLog, DataFolderMissing, NotADatabase, ProviderUnavailable, UnknownIncident
 
 #: Overrides where the reference provider finds its incidents (tests point it at bad data).
 DATA_ENV = "LABKIT_DATA_DIR"
@@ -49,9 +49,15 @@ def list_incidents(data: str | Path | None = None) -> list[str]:
 
 
 def call_log_for(db_path: str | Path) -> Path:
-    """Where the provider logs the calls made by workflows on ``db_path``: a file beside it."""
-    db_path = Path(db_path)
-    return db_path.with_name(db_path.name + ".provider-calls.jsonl")
+    """Where the provider logs the calls made by workflows on ``db_path``: a file beside it.
+
+    The path is resolved first, so a database reached through a symlink and through its
+    real path shares one log; otherwise reads would be split and undercounted.
+    """
+    resolved = Path(db_path).resolve()
+    if not str(db_path) or resolved.is_dir():
+        raise NotADatabase(str(db_path), "it is a folder")
+    return resolved.with_name(resolved.name + ".provider-calls.jsonl")
 
 
 @dataclass(frozen=True)
@@ -67,8 +73,10 @@ class ProviderCall:
 class CallLog:
     """An append-only JSON-lines file, written before the response is returned.
 
-    Each line is written with one ``write`` on a file opened with O_APPEND and then fsynced,
-    so concurrent workers do not interleave lines and a killed caller cannot un-log a call.
+    Each line is written with one ``write`` on a file opened with O_APPEND, so concurrent
+    workers do not interleave lines; once ``write`` returns, the line belongs to the operating
+    system and survives the caller being killed. The fsync adds survival of an OS crash or a
+    power cut, as a real service's log would have.
     """
 
     def __init__(self, path: str | Path):
@@ -86,8 +94,14 @@ class CallLog:
     def calls(self) -> list[ProviderCall]:
         if not self.path.exists():
             return []
-        lines = self.path.read_text(encoding="utf-8").splitlines()
-        return [ProviderCall(n, **json.loads(line)) for n, line in enumerate(lines, start=1) if line.strip()]
+        calls = []
+        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
+            try:
+                entry = json.loads(line)
+                calls.append(ProviderCall(number, str(entry["incident"]), str(entry["outcome"]), int(entry["response_bytes"])))
+            except (ValueError, KeyError, TypeError):
+                raise CorruptCallLog(str(self.path), number) from None
+        return calls
 
     def reads_of(self, incident: str) -> int:
         return sum(1 for call in self.calls() if call.incident == incident)
@@ -181,9 +195,14 @@ def diagnose(snapshot: dict) -> dict:
     ack, redeliver = stats["ack_details"]["rate"], stats["redeliver_details"]["rate"]
     consumers, ready, unacked = queue["consumers"], queue["messages_ready"], queue["messages_unacknowledged"]
     name = queue["name"]
-    if node["mem_alarm"] or queue["state"] == "flow":
-        kind, summary = "memory_alarm", f"{node['name']} is over its memory limit; publishers to {name} are throttled"
-        signals = [f"mem_alarm={str(node['mem_alarm']).lower()}", f"state={queue['state']}"]
+    if node["mem_alarm"]:
+        kind, summary = "memory_alarm", f"{node['name']} is over its memory limit; publishers to {name} are blocked"
+        signals = ["mem_alarm=true", f"state={queue['state']}"]
+    elif queue["state"] == "flow":
+        # Credit flow: the broker slows publishers to this queue because it cannot keep up,
+        # which in practice is memory pressure building below the alarm.
+        kind, summary = "memory_alarm", f"publishers to {name} are throttled by credit flow on {node['name']}"
+        signals = ["mem_alarm=false", "state=flow"]
     elif consumers == 0 and ready > 0:
         kind, summary = "consumer_outage", f"{name} has no consumers and {ready} messages waiting"
         signals = ["consumers=0", f"messages_ready={ready}", f"publish_rate={publish}"]

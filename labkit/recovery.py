@@ -10,15 +10,41 @@ worker process would. Taught in 05_crash_and_reread and 06_single_receipt.
 from __future__ import annotations
 
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from .clock import Clock
-from .coordinator import WORKFLOW_VERSION, Coordinator, DriveResult
+from .coordinator import WORKFLOW_VERSION, Coordinator
 from .crashpoints import NO_CRASH, CrashPlan
-from .errors import WorkflowVersionMismatch
+from .errors import LabError, WorkflowVersionMismatch
 from .provider import ReadAdapter
+from .receipts import Receipt
 from .steps import Step
-from .store import connect, list_runs_txn
+from .store import connect, list_runs_txn, read_transaction
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What recovery did with one run that was unfinished when it looked."""
+
+    incident: str
+    from_step: Step
+    read_provider: bool = False
+    completed: bool = False  # this worker committed the completion
+    receipt: Receipt | None = None
+    error: LabError | None = None
+
+    @property
+    def outcome(self) -> str:
+        if self.error is not None:
+            return f"failed: {self.error}"
+        read = "read the provider" if self.read_provider else "no read"
+        if not self.completed:
+            return f"{read}; already completed by another worker, receipt {self.receipt.receipt_id}"
+        if self.read_provider:
+            return f"read the provider; receipt {self.receipt.receipt_id}"
+        return f"completed from committed evidence, no read; receipt {self.receipt.receipt_id}"
 
 
 def recover(
@@ -28,17 +54,31 @@ def recover(
     clock: Clock | None = None,
     crash: CrashPlan = NO_CRASH,
     workflow_version: int = WORKFLOW_VERSION,
-) -> list[DriveResult]:
-    """Resume every unfinished run from its recorded step; return what was done, by incident.
+    progress: Callable[[Resumed], None] | None = None,
+) -> list[Resumed]:
+    """Resume every unfinished run from its recorded step; return one :class:`Resumed` per run.
 
     Runs written by another workflow version are refused before anything is touched: this
-    release cannot tell what their step means, and a half-done recovery is harder to reason
-    about than none.
+    release cannot tell what their step means. After that, one run failing (its provider
+    answer rejected, the provider down) does not stop the others; the failure is recorded
+    in its ``Resumed.error``. ``progress`` is called after each run, so a caller can report
+    as it goes rather than lose the report if the process dies half way.
     """
     with closing(connect(db_path)) as conn:
-        unfinished = [run for run in list_runs_txn(conn) if run.step is not Step.REPORT_COMPLETED]
+        with read_transaction(conn):
+            unfinished = [run for run in list_runs_txn(conn) if run.step is not Step.REPORT_COMPLETED]
         for run in unfinished:
             if run.workflow_version != workflow_version:
                 raise WorkflowVersionMismatch(run.incident, run.workflow_version, workflow_version)
         coordinator = Coordinator(conn, provider, clock=clock, crash=crash, workflow_version=workflow_version)
-        return [coordinator.drive(run.incident) for run in unfinished]
+        results = []
+        for run in unfinished:
+            try:
+                done = coordinator.drive(run.incident)
+                result = Resumed(run.incident, run.step, done.read_provider, done.completed, done.receipt)
+            except LabError as error:
+                result = Resumed(run.incident, run.step, error=error)
+            results.append(result)
+            if progress is not None:
+                progress(result)
+        return results

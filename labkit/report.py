@@ -14,7 +14,7 @@ HEADLINES = {
     "consumer_lag": "Consumers are falling behind publishers",
     "poison_message": "Messages are failing and being redelivered",
     "stuck_consumer": "Consumers hold messages without acknowledging them",
-    "memory_alarm": "The broker node is throttling publishers (memory alarm)",
+    "memory_alarm": "Memory pressure on the broker is holding back publishers",
     "false_alarm": "The queue is healthy; the alert needs no action",
 }
 

@@ -1,10 +1,12 @@
 """The checkpoint store: one SQLite file holding runs, evidence, receipts and their history.
 
-Everything durable goes through two functions here: :func:`connect`, the only place that
-calls ``sqlite3.connect``, and :func:`transaction`, the only place that begins and ends a
-transaction. Helpers whose name ends in ``_txn`` must be called inside a transaction, on
-its connection, so several of them can share one atomic commit: that is how a step and
-its evidence are committed together. Taught in 03_durable_checkpoint and 04_rollback.
+Everything durable goes through three functions here: :func:`connect`, the only place
+that calls ``sqlite3.connect``; :func:`transaction`, the only place that begins and ends a
+write transaction; and :func:`read_transaction`, for several reads that must see one
+moment. Helpers whose name ends in ``_txn`` take the caller's connection and never open a
+transaction themselves, so several of them can share one atomic commit: that is how a
+step and its evidence are committed together. (A single ``_txn`` read outside any
+transaction is still one atomic statement.) Taught in 03_durable_checkpoint and 04_rollback.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Iterator
 from .clock import Clock
 from .errors import (
     DatabaseFolderMissing,
+    DatabaseUnavailable,
     NotADatabase,
     NotALabDatabase,
     SchemaVersionMismatch,
@@ -103,12 +106,17 @@ def connect(path: str | Path) -> sqlite3.Connection:
         raise DatabaseFolderMissing(str(path.parent))
     if path.is_dir():
         raise NotADatabase(str(path), "it is a folder")
+    if path.exists() and not path.is_file():  # a FIFO or a device would block or be damaged
+        raise NotADatabase(str(path), "it is not a regular file")
     if path.exists():
         with open(path, "rb") as handle:
             header = handle.read(len(SQLITE_HEADER))
         if header and header != SQLITE_HEADER:  # an empty file is a new, empty database
             raise NotADatabase(str(path))
-    conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    try:
+        conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+    except sqlite3.Error as error:
+        raise DatabaseUnavailable(str(path), str(error)) from None
     try:
         conn.row_factory = sqlite3.Row
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
@@ -125,7 +133,7 @@ def connect(path: str | Path) -> sqlite3.Connection:
         conn.close()
         if "not a database" in str(error) or "malformed" in str(error):
             raise NotADatabase(str(path), str(error)) from None
-        raise
+        raise DatabaseUnavailable(str(path), str(error)) from None
     except BaseException:
         conn.close()
         raise
@@ -148,6 +156,26 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
     except BaseException:
         # SQLite may already have rolled back on its own (a full disk, an I/O error); a
         # second ROLLBACK would then raise and hide the error that matters.
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+@contextmanager
+def read_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """Several reads that see one committed moment, without taking the write lock.
+
+    In WAL mode a reader neither waits for nor blocks the writer. Inside a caller's open
+    transaction, that transaction already gives one moment, so nothing more is done.
+    """
+    if conn.in_transaction:
+        yield conn
+        return
+    conn.execute("BEGIN DEFERRED")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
@@ -297,14 +325,8 @@ def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
     """Every row of every lab table, in a stable order: compare two to prove nothing changed.
 
     The tables are read in one read transaction, so the snapshot is of a single moment even
-    while other processes commit; inside a caller's open transaction, that one is used.
+    while other processes commit.
     """
     tables = ("runs", "evidence", "receipts", "transitions")
-    own = not conn.in_transaction
-    if own:
-        conn.execute("BEGIN")  # deferred: a read transaction, no write lock taken
-    try:
+    with read_transaction(conn):
         return {table: [tuple(row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1")] for table in tables}
-    finally:
-        if own:
-            conn.execute("COMMIT")

@@ -146,9 +146,10 @@ def status():
     return status_json
 
 
-def assert_refused(outcome, *words: str) -> str:
-    """Bad input: exit 2, exactly one line on stderr naming the problem, no traceback."""
-    assert outcome.returncode == 2, f"{outcome}\nstdout: {outcome.stdout!r}\nstderr: {outcome.stderr!r}"
+def assert_refused(outcome, *words: str, code: int = 2) -> str:
+    """Bad input (exit 2), or with ``code=1`` a run-time failure: exactly one line on stderr
+    naming the problem, no traceback."""
+    assert outcome.returncode == code, f"{outcome}\nstdout: {outcome.stdout!r}\nstderr: {outcome.stderr!r}"
     assert "Traceback" not in outcome.stderr, outcome.stderr
     lines = outcome.stderr.splitlines()
     assert len(lines) == 1, f"expected one line on stderr, got {len(lines)}: {outcome.stderr!r}"

@@ -295,12 +295,12 @@ def test_a_snapshot_missing_a_field_is_reported_by_that_field(lab, data_copy, cl
 
 
 def test_a_malformed_response_on_a_new_database_records_no_evidence(lab, data_copy, cli, refused, status):
-    """The run row may be created (it is honest: not_inspected), but nothing past it."""
+    """The run row is created (the request was accepted: not_inspected), but nothing past it."""
     env = {"LABKIT_DATA_DIR": str(data_copy)}
     (data_copy / "incidents" / f"{INC}.json").write_text("<html>502</html>", encoding="utf-8")
     refused(cli("run", "--db", lab.db, "--incident", INC, env=env), INC, "not JSON")
     runs = status(lab.db, env=env)["runs"]
-    assert [(r["incident"], r["step"], r["evidence"], r["receipts"]) for r in runs] in ([], [(INC, "not_inspected", False, 0)])
+    assert [(r["incident"], r["step"], r["evidence"], r["receipts"]) for r in runs] == [(INC, "not_inspected", False, 0)]
 
 
 def test_an_unreadable_incident_is_provider_unavailable(lab, data_copy, cli, refused, snapshot):
@@ -310,7 +310,8 @@ def test_an_unreadable_incident_is_provider_unavailable(lab, data_copy, cli, ref
     target.unlink()
     os.symlink(data_copy / "nowhere.json", target)  # listed by the provider, but cannot be read
     before = snapshot(lab.db)
-    refused(cli("run", "--db", lab.db, "--incident", INC, env=env), INC, "provider could not read")
+    # a provider outage is not the caller's mistake: exit 1, so a supervisor knows to retry
+    refused(cli("run", "--db", lab.db, "--incident", INC, env=env), INC, "provider could not read", code=1)
     assert snapshot(lab.db)["rows"] == before["rows"]
     assert [(c.incident, c.outcome) for c in lab.log.calls()] == [(INC, "unavailable")]
     # once the provider is back, the same run completes from where it was

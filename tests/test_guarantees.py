@@ -266,8 +266,11 @@ def test_g3_a_receipt_for_other_evidence_is_a_conflict(lab, conn):
 def test_g3_a_race_of_run_processes_leaves_one_receipt(lab, cli, status, query):
     crashed = cli("run", "--db", lab.db, "--incident", INC, "--crash-at", "after_evidence_commit")
     assert crashed.returncode == KILLED
-    outcomes = labkit.race(*[("run", "--db", str(lab.db), "--incident", INC)] * 8)
+    outcomes = labkit.race(*[("run", "--db", str(lab.db), "--incident", INC)] * 8, gate=lab.db)
     assert [o.returncode for o in outcomes] == [0] * 8, [o.stderr for o in outcomes]
+    # the gate makes it a real race: every worker saw the run unfinished before any could finish it
+    assert [o.stdout.splitlines()[0] for o in outcomes] == [f"{INC}: recorded step is evidence_recorded"] * 8
+    assert sum("; completed it)" in o.stdout for o in outcomes) == 1
     printed = {word for o in outcomes for word in o.stdout.split() if word.startswith("rcpt-")}
     assert printed == {receipt_id_for(INC, labkit.WORKFLOW_VERSION)}
     assert query(lab.db, "SELECT COUNT(*) FROM receipts") == [(1,)]

@@ -1,0 +1,39 @@
+"""What ``python -m labkit status --json`` reports: every run, its proof, and its reads.
+
+``provider_reads`` comes from the provider's own call log, not from the database, which is
+the point: it counts reads the database kept no trace of (N1).
+"""
+
+from __future__ import annotations
+
+from contextlib import closing
+from pathlib import Path
+
+from .coordinator import WORKFLOW_VERSION
+from .provider import CallLog, call_log_for
+from .receipts import find_receipt_txn
+from .store import SCHEMA_VERSION, connect, list_runs_txn, load_evidence_txn, read_transaction
+
+
+def status_of(db: str | Path) -> dict:
+    """The status object, with at least incident, workflow_version, step, receipts, provider_reads per run."""
+    log = CallLog(call_log_for(db))
+    with closing(connect(db)) as conn, read_transaction(conn):
+        runs = [
+            {
+                "incident": run.incident,
+                "workflow_version": run.workflow_version,
+                "step": run.step.value,
+                "state_version": run.version,
+                "evidence": load_evidence_txn(conn, run.incident) is not None,
+                "receipts": conn.execute("SELECT COUNT(*) FROM receipts WHERE incident = ?", (run.incident,)).fetchone()[0],
+                "receipt_id": receipt.receipt_id if (receipt := find_receipt_txn(conn, run.incident)) else None,
+            }
+            for run in list_runs_txn(conn)
+        ]
+    # The log is read after the database: a read is logged before its evidence commits, so
+    # this order never shows committed evidence with fewer reads than it took.
+    calls = log.calls()
+    for run in runs:
+        run["provider_reads"] = sum(1 for call in calls if call.incident == run["incident"])
+    return {"schema_version": SCHEMA_VERSION, "workflow_version": WORKFLOW_VERSION, "runs": runs}
