@@ -12,7 +12,8 @@ The modules mirror the architecture in the lab's design:
 - :mod:`labkit.invariants`: the seven invariants checked after crash and recovery
 - :mod:`labkit.status`: what ``status --json`` reports, reads counted from the provider's log
 
-and, for lessons: :mod:`labkit.processes` (child processes), :mod:`labkit.workspace`
+and, for lessons: :mod:`labkit.naive` (the two-commit first draft that 04 takes apart),
+:mod:`labkit.processes` (child processes), :mod:`labkit.workspace`
 (a lesson's own temporary database), :mod:`labkit.display` (pandas tables).
 """
 

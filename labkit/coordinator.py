@@ -106,6 +106,10 @@ class Coordinator:
             run = load_run_txn(self.conn, incident, self.workflow_version)
             if run.step is not Step.NOT_INSPECTED:
                 return run, False
+            if load_evidence_txn(self.conn, incident) is not None:
+                # Only a writer that commits evidence and step apart leaves this (labkit.naive);
+                # which row is right cannot be known, so refuse rather than guess.
+                raise InconsistentRun(incident, "it is at not_inspected but already has evidence")
             self.crash.reached("before_read")
             raw = self.provider.read(incident)
             self.crash.reached("after_read")

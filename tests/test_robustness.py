@@ -132,3 +132,27 @@ def test_a_reader_does_not_wait_for_an_open_write(lab, conn):
         assert labkit.status_of(lab.db)["runs"][0]["step"] == "report_completed"
     finally:
         conn.execute("ROLLBACK")
+
+
+def test_the_two_commit_draft_leaves_rows_that_contradict_and_the_coordinator_refuses_them(lab, conn):
+    """Why inspect is one transaction: the naive draft, failing between its commits, leaves
+    evidence beside a step that says nothing was read; the coordinator will not guess."""
+    from labkit.naive import two_commit_inspect
+
+    coordinator = lab.coordinator(conn)
+    coordinator.start(INC)
+    with pytest.raises(labkit.InjectedFailure):
+        two_commit_inspect(conn, lab.provider(), INC, lab.clock, fail_between=True)
+    [run] = labkit.status_of(lab.db)["runs"]
+    assert (run["step"], run["evidence"]) == ("not_inspected", True)
+    with pytest.raises(labkit.InconsistentRun, match="not_inspected but already has evidence"):
+        coordinator.drive(INC)
+    assert lab.reads(INC) == 1, "the coordinator refused before asking the provider again"
+
+
+def test_the_two_commit_draft_works_when_nothing_fails(lab, conn):
+    from labkit.naive import two_commit_inspect
+
+    lab.coordinator(conn).start(INC)
+    two_commit_inspect(conn, lab.provider(), INC, lab.clock)
+    assert labkit.status_of(lab.db)["runs"][0]["step"] == "evidence_recorded"
