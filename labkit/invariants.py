@@ -21,7 +21,7 @@ from pathlib import Path
 from .provider import CallLog, ReadAdapter
 from .recovery import recover
 from .steps import Step
-from .store import connect, list_runs_txn, snapshot
+from .store import connect, list_runs_txn, read_transaction, snapshot
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ def check_invariants(
     this only after the recovery under test has finished.
     """
     log = CallLog(call_log)
-    with closing(connect(db_path)) as conn:
+    with closing(connect(db_path)) as conn, read_transaction(conn):
         runs = list_runs_txn(conn)
         receipts = dict(conn.execute("SELECT incident, COUNT(*) FROM receipts GROUP BY incident").fetchall())
         with_evidence = {row[0] for row in conn.execute("SELECT incident FROM evidence")}
@@ -92,8 +92,13 @@ def check_invariants(
         after = snapshot(conn)
     changed = [table for table in before if before[table] != after[table]]
     new_calls = len(log.calls()) - calls_before
-    record(7, [f"{len(again)} runs resumed"] * bool(again) + [f"{t} changed" for t in changed]
-           + [f"{new_calls} new provider calls"] * bool(new_calls), "no change")
+    record(
+        7,
+        [f"{len(again)} runs resumed"] * bool(again)
+        + [f"{table} changed" for table in changed]
+        + [f"{new_calls} new provider calls"] * bool(new_calls),
+        "no change",
+    )
     return results
 
 

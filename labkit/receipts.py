@@ -46,7 +46,12 @@ def find_receipt_txn(conn: sqlite3.Connection, incident: str) -> Receipt | None:
 def issue_receipt_txn(
     conn: sqlite3.Connection, incident: str, workflow_version: int, report: dict, clock: Clock
 ) -> Receipt:
-    """Insert the run's receipt, or return the stored one if this is the same operation again."""
+    """Insert the run's receipt, or return the stored one if this is the same operation again.
+
+    The coordinator only calls this for a run at ``evidence_recorded``, so the stored-receipt
+    branch is a backstop: it keeps a second caller that skipped the step check (a bug, another
+    tool) from either duplicating the receipt or silently overwriting it with other evidence.
+    """
     stored = find_receipt_txn(conn, incident)
     if stored is not None:
         if stored.evidence_digest != report["evidence_digest"]:
