@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import ContextManager, Iterator
 
 from .clock import Clock
 from .errors import (
@@ -141,15 +141,8 @@ def connect(path: str | Path) -> sqlite3.Connection:
 
 
 @contextmanager
-def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-    """One atomic unit of work: ``BEGIN IMMEDIATE``, commit on success, roll back on anything.
-
-    IMMEDIATE takes the write lock up front. A deferred transaction that reads and then
-    upgrades to a write can fail at once with "database is locked", skipping the busy timeout.
-    Any exception, ``KeyboardInterrupt`` included, rolls back. A SIGKILL runs no code at all;
-    SQLite's journal makes the uncommitted work vanish when the file is next opened.
-    """
-    conn.execute("BEGIN IMMEDIATE")
+def _atomic(conn: sqlite3.Connection, begin: str) -> Iterator[sqlite3.Connection]:
+    conn.execute(begin)
     try:
         yield conn
         conn.execute("COMMIT")
@@ -161,24 +154,24 @@ def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         raise
 
 
-@contextmanager
-def read_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+def transaction(conn: sqlite3.Connection) -> ContextManager[sqlite3.Connection]:
+    """One atomic unit of work: ``BEGIN IMMEDIATE``, commit on success, roll back on anything.
+
+    IMMEDIATE takes the write lock up front. A deferred transaction that reads and then
+    upgrades to a write can fail at once with "database is locked", skipping the busy timeout.
+    Any exception, ``KeyboardInterrupt`` included, rolls back. A SIGKILL runs no code at all;
+    SQLite's journal makes the uncommitted work vanish when the file is next opened.
+    """
+    return _atomic(conn, "BEGIN IMMEDIATE")
+
+
+def read_transaction(conn: sqlite3.Connection) -> ContextManager[sqlite3.Connection]:
     """Several reads that see one committed moment, without taking the write lock.
 
     In WAL mode a reader neither waits for nor blocks the writer. Inside a caller's open
     transaction, that transaction already gives one moment, so nothing more is done.
     """
-    if conn.in_transaction:
-        yield conn
-        return
-    conn.execute("BEGIN DEFERRED")
-    try:
-        yield conn
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
+    return nullcontext(conn) if conn.in_transaction else _atomic(conn, "BEGIN DEFERRED")
 
 
 def _refuse_newer_schema(conn: sqlite3.Connection, where: str) -> int:
