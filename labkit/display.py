@@ -77,11 +77,3 @@ def status_frame(db: str | Path) -> pd.DataFrame:
     runs = status_of(db)["runs"]
     columns = ["incident", "workflow_version", "step", "evidence", "receipts", "provider_reads"]
     return pd.DataFrame([{c: run[c] for c in columns} for run in runs], columns=columns)
-
-
-def invariants_frame(results) -> pd.DataFrame:
-    """Results of :func:`labkit.invariants.check_invariants` as a table."""
-    return pd.DataFrame(
-        [(r.number, r.statement, "held" if r.held else "BROKEN", r.detail) for r in results],
-        columns=["invariant", "statement", "result", "detail"],
-    )

@@ -50,10 +50,5 @@ class Workspace:
         options.setdefault("clock", self.clock)
         return Coordinator(conn, options.pop("provider", None) or self.provider(), **options)
 
-    def reset(self) -> None:
-        """Delete the database with its -wal and -shm files, and the provider log."""
-        for path in (self.db, Path(f"{self.db}-wal"), Path(f"{self.db}-shm"), self.call_log):
-            path.unlink(missing_ok=True)
-
     def __repr__(self) -> str:
         return f"Workspace(db={self.db.name!r})"
