@@ -17,7 +17,6 @@ import sqlite3
 import subprocess
 import sys
 from contextlib import closing
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -43,34 +42,15 @@ def _no_inherited_lab_settings(monkeypatch):
 # --------------------------------------------------------------------------- the lab
 
 
-@dataclass
-class Lab:
-    """One test's durable world: the database, the provider's log beside it, a clock."""
-
-    folder: Path
-    db: Path
-    clock: labkit.TickingClock = field(default_factory=labkit.TickingClock)
-
-    @property
-    def call_log(self) -> Path:
-        return labkit.call_log_for(self.db)
+class Lab(labkit.Workspace):
+    """One test's durable world: a lesson Workspace in the test's own folder, plus two shorthands."""
 
     @property
     def log(self) -> CallLog:
-        return CallLog(self.call_log)
+        return self.provider_log
 
     def reads(self, incident: str) -> int:
-        return self.log.reads_of(incident)
-
-    def provider(self, data: str | Path | None = None) -> labkit.ReferenceProvider:
-        return labkit.ReferenceProvider(self.call_log, data)
-
-    def connect(self) -> sqlite3.Connection:
-        return labkit.connect(self.db)
-
-    def coordinator(self, conn: sqlite3.Connection, **options) -> labkit.Coordinator:
-        options.setdefault("clock", self.clock)
-        return labkit.Coordinator(conn, options.pop("provider", None) or self.provider(), **options)
+        return self.provider_log.reads_of(incident)
 
 
 @pytest.fixture

@@ -188,40 +188,23 @@ def _snapshot_of(incident: str) -> dict:
     return json.loads((labkit.provider.DEFAULT_DATA_DIR / "incidents" / f"{incident}.json").read_text(encoding="utf-8"))
 
 
-def _negative_ready(incident):
-    snapshot = _snapshot_of(incident)
-    snapshot["queue"]["messages_ready"] = -5
-    return json.dumps(snapshot)
+def _snapshot_with(edit):
+    """A maker of a data file: the incident's real snapshot with one ``edit`` applied."""
+
+    def make(incident):
+        snapshot = _snapshot_of(incident)
+        edit(snapshot)
+        return json.dumps(snapshot)
+
+    return make
 
 
-def _wrong_incident(incident):
-    snapshot = _snapshot_of(incident)
-    snapshot["incident"] = "INC-1002"
-    return json.dumps(snapshot)
-
-
-def _huge_queue_name(incident):
-    snapshot = _snapshot_of(incident)
-    snapshot["queue"]["name"] = "q" * 20_000
-    return json.dumps(snapshot)
-
-
-def _snapshot_missing_consumers(incident):
-    snapshot = _snapshot_of(incident)
-    del snapshot["queue"]["consumers"]
-    return json.dumps(snapshot)
-
-
-def _node_not_an_object(incident):
-    snapshot = _snapshot_of(incident)
-    snapshot["node"] = "rabbit@down"
-    return json.dumps(snapshot)
-
-
-def _string_consumers(incident):
-    snapshot = _snapshot_of(incident)
-    snapshot["queue"]["consumers"] = "0"
-    return json.dumps(snapshot)
+_negative_ready = _snapshot_with(lambda s: s["queue"].update(messages_ready=-5))
+_wrong_incident = _snapshot_with(lambda s: s.update(incident="INC-1002"))
+_huge_queue_name = _snapshot_with(lambda s: s["queue"].update(name="q" * 20_000))
+_snapshot_missing_consumers = _snapshot_with(lambda s: s["queue"].pop("consumers"))
+_node_not_an_object = _snapshot_with(lambda s: s.update(node="rabbit@down"))
+_string_consumers = _snapshot_with(lambda s: s["queue"].update(consumers="0"))
 
 
 MALFORMED = {
