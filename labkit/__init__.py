@@ -5,14 +5,18 @@ The modules mirror the architecture in the lab's design:
 - :mod:`labkit.coordinator`: the versioned state machine (``Coordinator``)
 - :mod:`labkit.provider`: the read adapter and the provider's own call log
 - :mod:`labkit.contract`: the evidence contract (JSON Schema) checked before any checkpoint
-- :mod:`labkit.store`: the SQLite checkpoint store (``connect``, ``transaction``)
+- :mod:`labkit.store`: the SQLite checkpoint store: its schema, ``connect``, ``connect_readonly``
+- :mod:`labkit.database`: the one way to open a SQLite file and run a transaction
 - :mod:`labkit.receipts`: the receipt table, at most one receipt per run
 - :mod:`labkit.recovery`: the recovery worker (``recover``)
 - :mod:`labkit.crashpoints`: named places where a run can be killed
 - :mod:`labkit.invariants`: the seven invariants checked after crash and recovery
 - :mod:`labkit.status`: what ``status --json`` reports, reads counted from the provider's log
 
-and, for lessons: :mod:`labkit.naive` (the two-commit first draft that 04 takes apart),
+- :mod:`labkit.jsontext`: canonical JSON out, strict JSON in
+- :mod:`labkit.errors`: every error, as bad input (exit 2) or a run-time failure (exit 1)
+
+and, for lessons: :mod:`labkit.naive` (deliberately broken variants that 04 and 06 take apart),
 :mod:`labkit.processes` (child processes), :mod:`labkit.workspace`
 (a lesson's own temporary database), :mod:`labkit.display` (pandas tables).
 """
@@ -20,24 +24,34 @@ and, for lessons: :mod:`labkit.naive` (the two-commit first draft that 04 takes 
 from .clock import SystemClock, TickingClock
 from .contract import CONTRACT, MAX_RESPONSE_BYTES, check_evidence
 from .coordinator import WORKFLOW_VERSION, Coordinator, DriveResult
-from .crashpoints import BETWEEN_READ_AND_COMMIT, CRASH_POINTS, CrashPlan
+from .crashpoints import BETWEEN_READ_AND_COMMIT, CRASH_POINTS, CrashPlan, CrashPoint
+from .database import read_transaction, transaction, write_lock
 from .errors import (
     BadClock,
+    BadDatabasePath,
+    BadInput,
     CorruptCallLog,
-    DataFolderMissing,
+    DatabaseDamaged,
     DatabaseFolderMissing,
+    DatabaseMissing,
     DatabaseUnavailable,
+    DataFolderMissing,
     EvidenceRejected,
     InconsistentRun,
     InjectedFailure,
     LabError,
     NotADatabase,
     NotALabDatabase,
+    NotARegularFile,
+    NotInTransaction,
     ProviderUnavailable,
     ReceiptConflict,
+    RuleViolation,
+    RunFailure,
     SchemaVersionMismatch,
     StaleTransition,
     StepOrderError,
+    UnknownBug,
     UnknownCrashPoint,
     UnknownIncident,
     UnknownRun,
@@ -50,7 +64,7 @@ from .receipts import Receipt
 from .recovery import Resumed, recover
 from .status import status_of
 from .steps import Step
-from .store import SCHEMA_VERSION, Evidence, Run, connect, read_transaction, transaction
+from .store import SCHEMA_VERSION, Evidence, Run, connect, connect_readonly
 from .workspace import Workspace
 
 __version__ = "0.1.0"
@@ -66,14 +80,19 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")
 
 __all__ = [
-    "BETWEEN_READ_AND_COMMIT", "CONTRACT", "CRASH_POINTS", "CallLog", "Coordinator", "CrashPlan",
-    "BadClock", "CorruptCallLog", "DataFolderMissing", "DatabaseFolderMissing", "DatabaseUnavailable",
-    "InconsistentRun", "DriveResult", "Evidence", "EvidenceRejected",
-    "InjectedFailure", "LabError", "MAX_RESPONSE_BYTES", "NotADatabase", "NotALabDatabase", "ProviderUnavailable",
-    "ReadAdapter", "Receipt", "ReceiptConflict", "ReferenceProvider", "Run", "SCHEMA_VERSION",
-    "SchemaVersionMismatch", "StaleTransition", "Step", "StepOrderError", "SystemClock", "TickingClock",
-    "UnknownCrashPoint", "UnknownIncident", "UnknownRun", "WORKFLOW_VERSION", "Workspace",
-    "WorkflowVersionMismatch", "call_log_for", "check_evidence", "check_invariants", "connect",
-    "diagnose", "labkit_cli", "list_incidents", "race", "read_transaction", "recover", "Resumed", "run_in_child",
-    "status_of", "transaction",
+    "BETWEEN_READ_AND_COMMIT", "CONTRACT", "CRASH_POINTS", "MAX_RESPONSE_BYTES", "SCHEMA_VERSION", "WORKFLOW_VERSION",
+    # the workflow
+    "CallLog", "Coordinator", "CrashPlan", "CrashPoint", "DriveResult", "Evidence", "ReadAdapter", "Receipt",
+    "ReferenceProvider", "Resumed", "Run", "Step", "SystemClock", "TickingClock",
+    "call_log_for", "check_evidence", "check_invariants", "connect", "connect_readonly", "diagnose", "list_incidents",
+    "read_transaction", "recover", "status_of", "transaction", "write_lock",
+    # for lessons
+    "Workspace", "labkit_cli", "race", "run_in_child",
+    # errors: two families under LabError, and the one programming error
+    "LabError", "BadInput", "RunFailure", "NotInTransaction",
+    "BadClock", "BadDatabasePath", "CorruptCallLog", "DataFolderMissing", "DatabaseDamaged", "DatabaseFolderMissing",
+    "DatabaseMissing", "EvidenceRejected", "InconsistentRun", "NotADatabase", "NotALabDatabase", "NotARegularFile",
+    "ReceiptConflict", "RuleViolation", "SchemaVersionMismatch", "StepOrderError", "UnknownBug", "UnknownCrashPoint",
+    "UnknownIncident", "UnknownRun", "WorkflowVersionMismatch",
+    "DatabaseUnavailable", "InjectedFailure", "ProviderUnavailable", "StaleTransition",
 ]

@@ -6,7 +6,7 @@ import sys
 # formats, so this process lets that optional import fail (python-jsonschema/jsonschema#1428).
 # Done here, in the command-line entry point only, so importing labkit elsewhere (a notebook
 # kernel) changes nothing in jsonschema.
-sys.modules.setdefault("rfc3987_syntax", None)
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]  # None makes the import fail
 
 from .cli import main  # noqa: E402
 

@@ -1,13 +1,14 @@
 """The command line, a stable contract that tests, CI and outside checks drive.
 
     python -m labkit incidents
-    python -m labkit run --db PATH --incident ID [--crash-at POINT]
-    python -m labkit recover --db PATH
+    python -m labkit run --db PATH --incident ID [--crash-at POINT] [--pause-at POINT] [--bug NAME]
+    python -m labkit recover --db PATH [--bug NAME]
     python -m labkit status --db PATH [--json]
     python -m labkit crash-points
 
 Exit codes: 0 done; 2 bad input (one line on stderr naming the problem; nothing changed);
-1 a failure at run time, such as the provider being down (one line on stderr per failure).
+1 a failure at run time, such as the provider being down or the disk full (one line on
+stderr per failure). The family of the error decides the code (:mod:`labkit.errors`).
 Bad input is checked before the database is opened or created.
 """
 
@@ -21,10 +22,11 @@ from contextlib import closing
 from pathlib import Path
 
 from .clock import clock_from_env
-from .coordinator import Coordinator
 from .crashpoints import CRASH_POINTS, CrashPlan, check_point
+from .database import check_path, read_transaction, translate
 from .errors import EXIT_BAD_INPUT, LabError, UnknownIncident
-from .provider import ReferenceProvider, call_log_for, list_incidents
+from .naive import BUGS, coordinator_class
+from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents
 from .recovery import Resumed, recover
 from .status import status_of
 from .store import connect, latest_time_txn
@@ -38,6 +40,15 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
+class _Once(argparse.Action):
+    """An option that may be given once: `--incident A --incident B` must not quietly mean B."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"argument {option_string}: given more than once")
+        setattr(namespace, self.dest, values)
+
+
 def _parser() -> argparse.ArgumentParser:
     # allow_abbrev=False: `--inc` must not quietly mean `--incident`; scripts should break
     # loudly if an option is ever renamed, not drift onto another one.
@@ -45,16 +56,28 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     commands.add_parser("incidents", help="list the incident ids shipped in data/, one a line", allow_abbrev=False)
     run = commands.add_parser("run", help="drive one incident from its recorded step to report_completed", allow_abbrev=False)
-    run.add_argument("--db", required=True, type=Path, help="checkpoint database (created if missing; its folder must exist)")
-    run.add_argument("--incident", required=True, help="incident id, see: python -m labkit incidents")
-    run.add_argument("--crash-at", metavar="POINT", help="SIGKILL this process at POINT, see: python -m labkit crash-points")
+    run.add_argument("--db", required=True, type=Path, action=_Once, help="checkpoint database (created if missing; its folder must exist)")
+    run.add_argument("--incident", required=True, action=_Once, help="incident id, see: python -m labkit incidents")
+    stop = run.add_mutually_exclusive_group()
+    stop.add_argument("--crash-at", metavar="POINT", action=_Once, help="SIGKILL this process at POINT, see: python -m labkit crash-points")
+    stop.add_argument("--pause-at", metavar="POINT", action=_Once,
+                      help="for lessons and tests: at POINT print 'paused at POINT' and wait for a line on stdin")
+    _add_bug_option(run)
     rec = commands.add_parser("recover", help="resume every unfinished run from its recorded step", allow_abbrev=False)
-    rec.add_argument("--db", required=True, type=Path)
+    rec.add_argument("--db", required=True, type=Path, action=_Once, help="an existing checkpoint database")
+    _add_bug_option(rec)
     status = commands.add_parser("status", help="every run with its step, receipts and provider reads", allow_abbrev=False)
-    status.add_argument("--db", required=True, type=Path)
+    status.add_argument("--db", required=True, type=Path, action=_Once, help="an existing checkpoint database (read only)")
     status.add_argument("--json", action="store_true", help="print one JSON object")
     commands.add_parser("crash-points", help="crash point names, one a line, in run order", allow_abbrev=False)
     return parser
+
+
+def _add_bug_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--bug", metavar="NAME", action=_Once,
+        help=f"for lessons and tests: run a deliberately broken variant ({', '.join(BUGS)})",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,15 +85,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         clock_from_env()  # a malformed LABKIT_CLOCK is bad input: refuse it before any file is touched
         return COMMANDS[args.command](args)
+    except sqlite3.Error as error:  # raised mid-command: classified by SQLite's result code
+        return _report(translate(error, getattr(args, "db", "")))
     except LabError as error:
-        print(f"labkit: error: {error}", file=sys.stderr)
-        return error.exit_code
-    except sqlite3.Error as error:  # e.g. still locked after the busy timeout
-        print(f"labkit: failed: database {args.db.name!r}: {error}" if hasattr(args, "db") else f"labkit: failed: {error}", file=sys.stderr)
-        return 1
+        return _report(error)
     except OSError as error:
         print(f"labkit: failed: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)
         return 1
+
+
+def _report(error: LabError) -> int:
+    print(f"labkit: {'error' if error.exit_code == EXIT_BAD_INPUT else 'failed'}: {error}", file=sys.stderr)
+    return error.exit_code
 
 
 def _incidents(args) -> int:
@@ -79,14 +105,33 @@ def _incidents(args) -> int:
     return 0
 
 
+def _crash_plan(args) -> CrashPlan:
+    if args.crash_at is not None:
+        return CrashPlan(check_point(args.crash_at))
+    if args.pause_at is not None:
+        return CrashPlan(check_point(args.pause_at), "pause")
+    return CrashPlan()
+
+
+def _provider(db: Path) -> ReferenceProvider:
+    """The reference provider with its call log beside ``db``, the log's path checked first."""
+    log = call_log_for(check_path(db, must_exist=False))
+    CallLog(log).check()
+    return ReferenceProvider(log)
+
+
 def _run(args) -> int:
-    plan = CrashPlan(check_point(args.crash_at)) if args.crash_at is not None else CrashPlan()
-    provider = ReferenceProvider(call_log_for(args.db))
+    # Every check of the input comes before the database is created: bad input changes nothing.
+    plan = _crash_plan(args)
+    coordinator_type = coordinator_class(args.bug)
+    provider = _provider(args.db)
     known = provider.incidents()
-    if args.incident not in known:  # before the database is created: bad input changes nothing
+    if args.incident not in known:
         raise UnknownIncident(args.incident, len(known))
     with closing(connect(args.db)) as conn:
-        coordinator = Coordinator(conn, provider, clock=clock_from_env(after=latest_time_txn(conn)), crash=plan)
+        with read_transaction(conn):
+            latest = latest_time_txn(conn)
+        coordinator = coordinator_type(conn, provider, clock=clock_from_env(after=latest), crash=plan)
         run = coordinator.start(args.incident)
         # flush: a crash point kills the process, and unflushed lines would vanish with it
         print(f"{args.incident}: recorded step is {run.step}", flush=True)
@@ -99,8 +144,10 @@ def _run(args) -> int:
 
 
 def _recover(args) -> int:
-    provider = ReferenceProvider(call_log_for(args.db))
-    with closing(connect(args.db)) as conn:
+    coordinator_type = coordinator_class(args.bug)
+    check_path(args.db, must_exist=True)  # recovering a mistyped path must not create a database
+    provider = _provider(args.db)
+    with closing(connect(args.db, create=False)) as conn, read_transaction(conn):
         latest = latest_time_txn(conn)
 
     def report(result: Resumed) -> None:
@@ -109,7 +156,7 @@ def _recover(args) -> int:
         else:
             print(f"resumed {result.incident} from {result.from_step}: {result.outcome}", flush=True)
 
-    results = recover(args.db, provider, clock=clock_from_env(after=latest), progress=report)
+    results = recover(args.db, provider, clock=clock_from_env(after=latest), progress=report, coordinator_class=coordinator_type)
     completed = sum(result.completed for result in results)
     failed = [result.error for result in results if result.error is not None]
     summary = f"recovered {completed} run{'s' if completed != 1 else ''}"

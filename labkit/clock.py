@@ -8,13 +8,19 @@ that writes a time takes a :class:`Clock`; lessons and tests pass a :class:`Tick
 from __future__ import annotations
 
 import os
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from .errors import BadClock
 
 #: Environment variable that pins the clock of a ``python -m labkit`` process.
 CLOCK_ENV = "LABKIT_CLOCK"
+
+#: A pinned clock must start between these instants. The upper bound leaves a ticking
+#: clock thousands of years before Python's ``datetime`` overflows at year 9999, so a
+#: stored time can always be followed by a later one.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 class Clock(Protocol):
@@ -23,14 +29,14 @@ class Clock(Protocol):
 
 
 def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class SystemClock:
     """The wall clock: what a real worker uses."""
 
     def now(self) -> str:
-        return _iso(datetime.now(timezone.utc))
+        return _iso(datetime.now(UTC))
 
 
 class TickingClock:
@@ -55,21 +61,38 @@ def parse_instant(text: str) -> datetime:
     return moment
 
 
+def _pinned_start(text: str) -> datetime:
+    try:
+        moment = parse_instant(text)
+    except (ValueError, OverflowError):
+        raise BadClock(text) from None
+    if not EARLIEST <= moment < LATEST:
+        raise BadClock(text, f"is outside the years {EARLIEST.year} to {LATEST.year - 1} that a pinned clock may start in")
+    return moment
+
+
 def clock_from_env(after: str | None = None) -> Clock:
     """The clock for a command-line process: pinned by ``LABKIT_CLOCK`` when it is set.
 
     Notebooks start crashing workflows as child processes and set this variable so the rows
     those children write are the same on every run. ``after`` is the latest time already
-    stored in the database: a pinned clock starts one second past it, so a later process
-    never writes an earlier time than the process before it.
+    stored in the database: a pinned clock starts one second past it, so a process that
+    starts after another has finished never writes an earlier time. Processes that run
+    *at the same time* each start past what was stored when they began, so their times
+    can interleave out of commit order: the order of events is ``transitions.seq``, never
+    the clock.
     """
-    start = os.environ.get(CLOCK_ENV)
-    if not start:
+    text = os.environ.get(CLOCK_ENV)
+    if not text:
         return SystemClock()
-    try:
-        parse_instant(start)
-    except ValueError:
-        raise BadClock(start) from None
-    if after and parse_instant(after) >= parse_instant(start):
-        start = _iso(parse_instant(after) + timedelta(seconds=1))
-    return TickingClock(start)
+    start = _pinned_start(text)
+    if after:
+        try:
+            latest = parse_instant(after)
+        except ValueError:
+            latest = None  # not a time labkit wrote; the pinned start stands
+        if latest is not None and latest >= start:
+            if latest >= LATEST:
+                raise BadClock(text, f"cannot follow the time {after} already stored in the database")
+            start = latest + timedelta(seconds=1)
+    return TickingClock(_iso(start))

@@ -1,7 +1,8 @@
 """The evidence contract: what a provider response must be before any checkpoint advances.
 
 What a provider returns is untrusted input, never an instruction. The coordinator records it
-only after :func:`check_evidence` has accepted it: bounded in size, valid UTF-8 JSON,
+only after :func:`check_evidence` has accepted it: bounded in size, strict JSON (UTF-8, no
+NaN or Infinity, no duplicated key, bounded nesting: :func:`labkit.jsontext.strict_loads`),
 matching the JSON Schema in ``labkit/schemas/``, and about the incident that was asked
 for. Nothing is repaired: a response that fails any check raises
 :class:`~labkit.errors.EvidenceRejected` naming the field, and the transaction around the
@@ -10,13 +11,12 @@ read rolls back. Taught in 04_rollback and 07_evidence_contract.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from functools import lru_cache
 from pathlib import Path
 
 from .errors import EvidenceRejected
-from .store import canonical_json
+from .jsontext import JsonProblem, strict_loads
 
 CONTRACT = "queue-evidence/1"
 SCHEMA_PATH = Path(__file__).parent / "schemas" / "queue-evidence-1.schema.json"
@@ -43,25 +43,18 @@ def check_evidence(raw: bytes | str, incident: str) -> dict:
     if len(data) > MAX_RESPONSE_BYTES:
         raise EvidenceRejected(incident, "(response)", f"{len(data)} bytes, over the {MAX_RESPONSE_BYTES}-byte limit")
     try:
-        body = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise EvidenceRejected(incident, "(response)", "not UTF-8 text") from None
-    except json.JSONDecodeError as error:
-        raise EvidenceRejected(incident, "(response)", f"not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+        body = strict_loads(data)
+    except JsonProblem as problem:
+        raise EvidenceRejected(incident, "(response)", problem.reason) from None
     errors = [_describe(error) for error in _validator().iter_errors(body)]
     if errors:
         # Report the first problem in the contract's own field order: a missing count in
         # `queue` explains a missing `diagnosis` better than the other way round.
-        field, problem = min(errors, key=lambda error: _reading_order(error[0]))
-        raise EvidenceRejected(incident, field, problem)
+        field, what = min(errors, key=lambda error: _reading_order(error[0]))
+        raise EvidenceRejected(incident, field, what)
     if body["incident"] != incident:
         raise EvidenceRejected(incident, "incident", f"the response is about {body['incident']!r}, not the incident that was asked for")
     return body
-
-
-def evidence_digest(body: dict) -> str:
-    """sha256 of the canonical JSON: the identity a receipt records for the evidence it used."""
-    return hashlib.sha256(canonical_json(body).encode("utf-8")).hexdigest()
 
 
 def _reading_order(field: str) -> tuple[int, str]:

@@ -19,23 +19,14 @@ from dataclasses import dataclass
 
 from . import contract
 from .clock import Clock, SystemClock
-from .crashpoints import NO_CRASH, CrashPlan
-from .errors import InconsistentRun, StepOrderError, UnknownIncident, WorkflowVersionMismatch
+from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
+from .database import read_transaction, transaction
+from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun, WorkflowVersionMismatch
 from .provider import ReadAdapter
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
 from .steps import Step
-from .store import (
-    Run,
-    advance_txn,
-    create_run_txn,
-    find_run_txn,
-    load_evidence_txn,
-    load_run_txn,
-    read_transaction,
-    store_evidence_txn,
-    transaction,
-)
+from .store import Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn, store_evidence_txn
 
 #: The control flow this code implements. Bump it when a step changes meaning; runs stored
 #: under the old number are then refused until migrated (08_versioning).
@@ -79,6 +70,23 @@ class Coordinator:
         self.crash = crash
         self.workflow_version = workflow_version
 
+    def check_version(self, run: Run) -> Run:
+        """The one workflow-version check: a run written by another version is refused.
+
+        Its step would mean whatever that version meant by it; reading it as ours would be
+        a guess (02_three_states, 08_versioning).
+        """
+        if run.workflow_version != self.workflow_version:
+            raise WorkflowVersionMismatch(run.incident, run.workflow_version, self.workflow_version)
+        return run
+
+    def load_txn(self, incident: str) -> Run:
+        """The run as stored, refused if missing or of another version; inside the caller's transaction."""
+        run = find_run_txn(self.conn, incident)
+        if run is None:
+            raise UnknownRun(incident)
+        return self.check_version(run)
+
     def start(self, incident: str) -> Run:
         """Create the run at ``not_inspected`` (or return it if it exists). Unknown ids change nothing.
 
@@ -88,14 +96,12 @@ class Coordinator:
         with read_transaction(self.conn):  # no write lock: a resumed run only needs reading
             run = find_run_txn(self.conn, incident)
         if run is not None:
-            if run.workflow_version != self.workflow_version:
-                raise WorkflowVersionMismatch(incident, run.workflow_version, self.workflow_version)
-            return run
+            return self.check_version(run)
         known = self.provider.incidents()
         if incident not in known:
             raise UnknownIncident(incident, len(known))
         with transaction(self.conn):  # another worker may create it first; this returns theirs
-            return create_run_txn(self.conn, incident, self.workflow_version, self.clock)
+            return self.check_version(create_run_txn(self.conn, incident, self.workflow_version, self.clock))
 
     def inspect(self, incident: str) -> Run:
         """Read the incident and commit evidence and step together; a no-op past ``not_inspected``."""
@@ -103,21 +109,21 @@ class Coordinator:
 
     def _inspect(self, incident: str) -> tuple[Run, bool]:
         with transaction(self.conn):
-            run = load_run_txn(self.conn, incident, self.workflow_version)
+            run = self.load_txn(incident)
             if run.step is not Step.NOT_INSPECTED:
                 return run, False
             if load_evidence_txn(self.conn, incident) is not None:
                 # Only a writer that commits evidence and step apart leaves this (labkit.naive);
                 # which row is right cannot be known, so refuse rather than guess.
                 raise InconsistentRun(incident, "it is at not_inspected but already has evidence")
-            self.crash.reached("before_read")
+            self.crash.reached(CrashPoint.BEFORE_READ, self.conn)
             raw = self.provider.read(incident)
-            self.crash.reached("after_read")
+            self.crash.reached(CrashPoint.AFTER_READ, self.conn)
             body = contract.check_evidence(raw, incident)
-            store_evidence_txn(self.conn, incident, contract.CONTRACT, body, contract.evidence_digest(body), self.clock)
+            store_evidence_txn(self.conn, incident, contract.CONTRACT, body, self.clock)
             run = advance_txn(self.conn, run, Step.EVIDENCE_RECORDED, self.clock)
-            self.crash.reached("before_evidence_commit")
-        self.crash.reached("after_evidence_commit")
+            self.crash.reached(CrashPoint.BEFORE_EVIDENCE_COMMIT, self.conn)
+        self.crash.reached(CrashPoint.AFTER_EVIDENCE_COMMIT, self.conn)
         return run, True
 
     def complete(self, incident: str) -> Receipt:
@@ -128,10 +134,12 @@ class Coordinator:
         return self._complete(incident)[0]
 
     def _complete(self, incident: str) -> tuple[Receipt, bool]:
+        # One transaction decides and writes: under the write lock nobody can complete the
+        # run between our reading its step and our writing its receipt (06_single_receipt).
         with transaction(self.conn):
-            run = load_run_txn(self.conn, incident, self.workflow_version)
+            run = self.load_txn(incident)
+            stored = find_receipt_txn(self.conn, incident)
             if run.step is Step.REPORT_COMPLETED:
-                stored = find_receipt_txn(self.conn, incident)
                 if stored is None:
                     raise InconsistentRun(incident, "it is at report_completed but has no receipt")
                 return stored, False
@@ -140,10 +148,13 @@ class Coordinator:
             evidence = load_evidence_txn(self.conn, incident)
             if evidence is None:
                 raise InconsistentRun(incident, "it is at evidence_recorded but has no evidence")
+            if stored is not None:
+                raise InconsistentRun(incident, "it is at evidence_recorded but already has a receipt")
+            self.crash.reached(CrashPoint.BEFORE_RECEIPT_WRITE, self.conn)
             receipt = issue_receipt_txn(self.conn, incident, self.workflow_version, build_report(evidence), self.clock)
             advance_txn(self.conn, run, Step.REPORT_COMPLETED, self.clock)
-            self.crash.reached("before_completion_commit")
-        self.crash.reached("after_completion_commit")
+            self.crash.reached(CrashPoint.BEFORE_COMPLETION_COMMIT, self.conn)
+        self.crash.reached(CrashPoint.AFTER_COMPLETION_COMMIT, self.conn)
         return receipt, True
 
     def drive(self, incident: str) -> DriveResult:

@@ -6,8 +6,12 @@ the process had already handed to the operating system (SQLite's writes included
 That is the model of an out-of-memory kill, ``kill -9`` or a container being stopped; a
 power cut, which also loses what the OS had not yet written to disk, is what
 ``synchronous=FULL`` is for, and cannot be shown from inside a notebook.
-In ``raise`` mode the point raises :class:`~labkit.errors.InjectedFailure` instead, an
-ordinary exception that the transaction around it rolls back (04_rollback).
+
+Two other modes serve lessons and tests: ``raise`` raises
+:class:`~labkit.errors.InjectedFailure`, an ordinary exception that the transaction around
+the point rolls back (04_rollback); ``pause`` prints ``paused at POINT`` and waits for a
+line on standard input, so a race can be held at its most dangerous moment
+(:func:`labkit.race`, 06_single_receipt).
 
 Run a crashing workflow in a child process (:mod:`labkit.processes`) so the notebook's
 kernel survives to look at the database. Taught in 05_crash_and_reread and 12_crash_explorer.
@@ -17,51 +21,77 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
+import sys
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal
 
+from .database import holds_write_lock
 from .errors import InjectedFailure, UnknownCrashPoint
 
-#: Every crash point, in the order a run reaches them.
-CRASH_POINTS: tuple[str, ...] = (
-    "before_read",               # run row committed, provider not yet asked
-    "after_read",                # provider answered, nothing about it committed
-    "before_evidence_commit",    # evidence and step written inside the open transaction
-    "after_evidence_commit",     # evidence_recorded is durable
-    "before_completion_commit",  # receipt and step written inside the open transaction
-    "after_completion_commit",   # report_completed is durable
-)
+
+class CrashPoint(StrEnum):
+    """Every crash point, in the order a run reaches them; each value is its command-line name."""
+
+    BEFORE_READ = "before_read"                            # run row committed, provider not yet asked
+    AFTER_READ = "after_read"                              # provider answered, nothing about it committed
+    BEFORE_EVIDENCE_COMMIT = "before_evidence_commit"      # evidence and step written inside the open transaction
+    AFTER_EVIDENCE_COMMIT = "after_evidence_commit"        # evidence_recorded is durable
+    BEFORE_RECEIPT_WRITE = "before_receipt_write"          # completion decided from the stored step, nothing written
+    BEFORE_COMPLETION_COMMIT = "before_completion_commit"  # receipt and step written inside the open transaction
+    AFTER_COMPLETION_COMMIT = "after_completion_commit"    # report_completed is durable
+
+    def __str__(self) -> str:
+        return self.value
+
+
+#: The names, in run order: what ``python -m labkit crash-points`` prints.
+CRASH_POINTS: tuple[str, ...] = tuple(point.value for point in CrashPoint)
 
 #: A crash at these points loses a read that the provider already served: the read repeats (N1).
-BETWEEN_READ_AND_COMMIT: frozenset[str] = frozenset({"after_read", "before_evidence_commit"})
+BETWEEN_READ_AND_COMMIT: frozenset[CrashPoint] = frozenset({CrashPoint.AFTER_READ, CrashPoint.BEFORE_EVIDENCE_COMMIT})
+
+Mode = Literal["kill", "raise", "pause"]
 
 
-def check_point(point: str) -> str:
-    if point not in CRASH_POINTS:
-        raise UnknownCrashPoint(point, CRASH_POINTS)
-    return point
+def check_point(point: str | CrashPoint) -> CrashPoint:
+    """The crash point named ``point``, or :class:`UnknownCrashPoint` (bad input)."""
+    try:
+        return CrashPoint(point)
+    except ValueError:
+        raise UnknownCrashPoint(str(point), CRASH_POINTS) from None
 
 
 @dataclass(frozen=True)
 class CrashPlan:
     """Which point, if any, stops this process, and how."""
 
-    point: str | None = None
-    mode: Literal["kill", "raise"] = "kill"
+    point: CrashPoint | None = None
+    mode: Mode = "kill"
 
     def __post_init__(self) -> None:
         if self.point is not None:
-            check_point(self.point)
-        if self.mode not in ("kill", "raise"):
-            raise ValueError(f"crash mode must be 'kill' or 'raise', not {self.mode!r}")
+            object.__setattr__(self, "point", check_point(self.point))
+        if self.mode not in ("kill", "raise", "pause"):
+            raise ValueError(f"crash mode must be 'kill', 'raise' or 'pause', not {self.mode!r}")
 
-    def reached(self, point: str) -> None:
-        """Called by the coordinator as it passes ``point``; stops here if armed here."""
-        check_point(point)
-        if point != self.point:
+    def reached(self, point: CrashPoint, conn: sqlite3.Connection | None = None) -> None:
+        """Called by the coordinator as it passes ``point``; stops here if armed here.
+
+        ``conn`` lets a paused process say whether it holds the write lock: a race
+        (:func:`labkit.race`) releases such a process at once, since nobody else can
+        reach the point while it waits.
+        """
+        if point is not self.point:
             return
         if self.mode == "raise":
-            raise InjectedFailure(point)
+            raise InjectedFailure(point.value)
+        if self.mode == "pause":
+            holding = "holding the write lock" if holds_write_lock(conn) else "holding no lock"
+            print(f"paused at {point.value} ({holding})", flush=True)
+            sys.stdin.readline()  # a line, or end of input, lets the run go on
+            return
         os.kill(os.getpid(), signal.SIGKILL)
 
 

@@ -1,8 +1,8 @@
 """Small tables for notebooks: the durable state, as pandas frames.
 
-Every function opens its own short connection and closes it, the way an operator's query
-would; none of them changes a row (though, like every labkit command, opening a path where
-no database exists yet creates an empty one). Timestamps come from the injected clock, so frames are stable
+Every function opens its own short, read-only connection and closes it, the way an
+operator's query would; none of them writes, and a path where no database exists is
+refused rather than created. Timestamps come from the injected clock, so frames are stable
 from run to run. pandas is imported here only, so the command line starts fast.
 """
 
@@ -16,11 +16,11 @@ import pandas as pd
 
 from .provider import CallLog, call_log_for
 from .status import status_of
-from .store import connect
+from .store import connect_readonly
 
 
 def _query(db: str | Path, sql: str, params: tuple = ()) -> pd.DataFrame:
-    with closing(connect(db)) as conn:
+    with closing(connect_readonly(db)) as conn:
         cursor = conn.execute(sql, params)
         columns = [column[0] for column in cursor.description]
         return pd.DataFrame([tuple(row) for row in cursor.fetchall()], columns=columns)
@@ -60,7 +60,10 @@ def transitions_frame(db: str | Path, incident: str | None = None) -> pd.DataFra
     """The history of steps, oldest first: the timeline of each run."""
     where, params = ("WHERE incident = ?", (incident,)) if incident else ("", ())
     # The transition that creates a run comes from no step; show that instead of a NULL.
-    sql = f"SELECT seq, incident, COALESCE(from_step, '(created)') AS from_step, to_step, state_version, at FROM transitions {where} ORDER BY seq"
+    sql = (
+        "SELECT seq, incident, COALESCE(from_step, '(created)') AS from_step, to_step, state_version, at"
+        f" FROM transitions {where} ORDER BY seq"
+    )
     return _query(db, sql, params)
 
 

@@ -1,12 +1,18 @@
 """Every error labkit raises on purpose.
 
-One base class, :class:`LabError`, so the command line can turn any of them into a
-one-line message, and one subclass per thing that went wrong, each carrying its fields so
-a notebook or a test can inspect them instead of parsing text.
+Two families under one base, :class:`LabError`, so the command line can turn any of them
+into a one-line message and an exit status decided by the family, not by each class:
 
-Each class says how the command line exits: 2 for bad input (the caller must change
-something before trying again), 1 for a failure at run time (a provider outage, a lost
-race) that the same command may survive later.
+- :class:`BadInput` (exit 2): the caller must change something before trying again: an
+  unknown id, a file that is not a labkit database, a damaged file, a provider answer
+  that breaks the contract, rows that contradict each other.
+- :class:`RunFailure` (exit 1): something at run time went wrong that the same command
+  may survive later: the provider is down, the disk is full, another worker held the
+  lock or moved the run first.
+
+Each subclass is named for what went wrong and carries its fields, so a notebook or a
+test inspects them instead of parsing text. A run is always named by its key, the
+``incident`` id.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
 
 
-def shown(value: str, limit: int = 60) -> str:
+def shown(value: object, limit: int = 60) -> str:
     """``repr`` of a user-supplied value, cut short: a 100 KB id must not become a 100 KB message."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 4] + "...'"
@@ -28,10 +34,37 @@ class LabError(Exception):
     transactions committed stays committed.
     """
 
+    exit_code: int
+
+
+class BadInput(LabError):
+    """Exit 2: retrying the same command cannot succeed; something must be changed first."""
+
     exit_code = EXIT_BAD_INPUT
 
 
-class UnknownIncident(LabError):
+class RunFailure(LabError):
+    """Exit 1: a failure at run time; the same command may succeed later."""
+
+    exit_code = EXIT_FAILURE
+
+
+class NotInTransaction(RuntimeError):
+    """A ``_txn`` helper that writes was called with no write transaction open.
+
+    A programming error, not a user's: each statement would commit on its own, which is
+    the two-commit bug 04_rollback takes apart. Wrap the call in ``labkit.transaction``.
+    """
+
+    def __init__(self, helper: str):
+        self.helper = helper
+        super().__init__(f"{helper} writes, so it must run inside labkit.transaction(conn); no write transaction is open")
+
+
+# --------------------------------------------------------------------------- bad input (exit 2)
+
+
+class UnknownIncident(BadInput):
     def __init__(self, incident: str, known: int):
         self.incident = incident
         super().__init__(
@@ -40,82 +73,103 @@ class UnknownIncident(LabError):
         )
 
 
-class UnknownRun(LabError):
+class UnknownRun(BadInput):
     def __init__(self, incident: str):
         self.incident = incident
-        super().__init__(f"no run for incident {incident!r} in this database")
+        super().__init__(f"no run for incident {shown(incident)} in this database")
 
 
-class UnknownCrashPoint(LabError):
+class UnknownCrashPoint(BadInput):
     def __init__(self, point: str, known: tuple[str, ...]):
         self.point = point
         super().__init__(f"unknown crash point {shown(point)}: expected one of {', '.join(known)}")
 
 
-class DatabaseFolderMissing(LabError):
+class UnknownBug(BadInput):
+    def __init__(self, name: str, known: tuple[str, ...]):
+        self.name = name
+        super().__init__(f"unknown bug {shown(name)}: expected one of {', '.join(known)}")
+
+
+class BadDatabasePath(BadInput):
+    """A path SQLite would treat specially, or that cannot hold a database and its sidecars."""
+
+    def __init__(self, path: str, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"cannot use {shown(path)} as a database: {reason}")
+
+
+class DatabaseFolderMissing(BadInput):
     def __init__(self, folder: str):
         self.folder = folder
-        super().__init__(f"folder {folder!r} does not exist: create it first, labkit only creates the database file")
+        super().__init__(f"folder {shown(folder, 200)} does not exist: create it first, labkit only creates the database file")
 
 
-class NotADatabase(LabError):
-    def __init__(self, path: str, reason: str = "it does not start with the SQLite header"):
+class DatabaseMissing(BadInput):
+    """A command that only reads or resumes was given a path where no database exists."""
+
+    def __init__(self, path: str):
         self.path = path
-        super().__init__(f"{path!r} is not a SQLite database ({reason}); refusing to touch it")
+        super().__init__(f"database {shown(path, 200)} does not exist; check the path (only `run` creates a database)")
 
 
-class NotALabDatabase(LabError):
+class NotADatabase(BadInput):
+    def __init__(self, path: str, reason: str = "it does not start with the SQLite header"):
+        self.path, self.reason = path, reason
+        super().__init__(f"{shown(path, 200)} is not a SQLite database ({reason}); refusing to touch it")
+
+
+class NotALabDatabase(BadInput):
     """A SQLite database that some other program made: labkit will not add its tables to it."""
 
     def __init__(self, path: str, reason: str):
-        self.path = path
-        super().__init__(f"{path!r} is a SQLite database, but not a labkit one ({reason}); refusing to touch it")
+        self.path, self.reason = path, reason
+        super().__init__(f"{shown(path, 200)} is a SQLite database, but not a labkit one ({reason}); refusing to touch it")
 
 
-class SchemaVersionMismatch(LabError):
-    """The database was written by a newer labkit whose schema this one does not know."""
+class DatabaseDamaged(BadInput):
+    """SQLite found the file's pages damaged: a retry cannot mend it, a backup can."""
+
+    def __init__(self, path: str, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"database {shown(path, 200)} is damaged ({reason}); restore it from a copy, labkit will not write to it")
+
+
+class SchemaVersionMismatch(BadInput):
+    """The database's schema is one this labkit cannot use as it stands."""
 
     def __init__(self, path: str, found: int, expected: int):
         self.path, self.found, self.expected = path, found, expected
-        super().__init__(
-            f"database {path!r} has schema version {found}, newer than this labkit understands ({expected})"
-        )
+        if found > expected:
+            detail = f"newer than this labkit understands ({expected})"
+        else:
+            detail = f"older than this labkit's ({expected}); run `python -m labkit recover --db PATH` once to upgrade it"
+        super().__init__(f"database {shown(path, 200)} has schema version {found}, {detail}")
 
 
-class WorkflowVersionMismatch(LabError):
+class WorkflowVersionMismatch(BadInput):
     """A run was written under another workflow version; reading its step would be a guess.
 
     Taught in 02_three_states and, with migrations, in 08_versioning.
     """
 
-    def __init__(self, run: str, found: int, expected: int):
-        self.run, self.found, self.expected = run, found, expected
+    def __init__(self, incident: str, found: int, expected: int):
+        self.incident, self.found, self.expected = incident, found, expected
         super().__init__(
-            f"run {run!r} was written by workflow version {found}, this coordinator runs version {expected}; "
+            f"run {incident!r} was written by workflow version {found}, this coordinator runs version {expected}; "
             "it needs an explicit migration, not a guess"
         )
 
 
-class StaleTransition(LabError):
-    """A compare-and-set transition found the run somewhere other than where it expected."""
+class StepOrderError(BadInput):
+    """A transition that is not exactly one step forward from where the run is."""
 
-    exit_code = EXIT_FAILURE
-
-    def __init__(self, run: str, expected_step: str, expected_version: int):
-        self.run, self.expected_step, self.expected_version = run, expected_step, expected_version
-        super().__init__(
-            f"run {run!r} is no longer at step {expected_step!r} version {expected_version}; "
-            "another worker moved it first"
-        )
+    def __init__(self, incident: str, step: str, wanted: str):
+        self.incident, self.step, self.wanted = incident, step, wanted
+        super().__init__(f"run {incident!r} is at {step!r}; {wanted!r} cannot happen from there")
 
 
-class StepOrderError(LabError):
-    def __init__(self, run: str, step: str, wanted: str):
-        self.run, self.step, self.wanted = run, step, wanted
-        super().__init__(f"run {run!r} is at {step!r}; {wanted!r} cannot happen from there")
-
-
-class EvidenceRejected(LabError):
+class EvidenceRejected(BadInput):
     """A provider response broke the evidence contract; no checkpoint advanced.
 
     ``field`` is a dotted path into the response (``queue.consumers``) or ``(response)``
@@ -127,39 +181,23 @@ class EvidenceRejected(LabError):
         super().__init__(f"evidence for {incident!r} rejected: field {field!r}: {problem}")
 
 
-class ProviderUnavailable(LabError):
-    """The read adapter could not produce a response (a timeout, a refused connection)."""
-
-    exit_code = EXIT_FAILURE
-
-    def __init__(self, incident: str, reason: str):
-        self.incident, self.reason = incident, reason
-        super().__init__(f"provider could not read {incident!r}: {reason}")
-
-
-class InjectedFailure(LabError):
-    """Raised at a crash point armed in ``raise`` mode: an ordinary exception, not a kill.
-
-    04_rollback uses it to show that the transaction around the point rolls back.
-    """
-
-    exit_code = EXIT_FAILURE
-
-    def __init__(self, point: str):
-        self.point = point
-        super().__init__(f"injected failure at crash point {point!r}")
-
-
-class DataFolderMissing(LabError):
+class DataFolderMissing(BadInput):
     def __init__(self, folder: str):
         self.folder = folder
-        super().__init__(f"no incidents folder at {folder!r}: run from a clone that has data/, or set LABKIT_DATA_DIR")
+        super().__init__(f"no incidents folder at {shown(folder, 200)}: run from a clone that has data/, or set LABKIT_DATA_DIR")
 
 
-class ReceiptConflict(LabError):
+class NotARegularFile(BadInput):
+    """A file labkit reads or appends to is a symlink, a FIFO or a device: using it could
+    write somewhere else or block for ever."""
+
+    def __init__(self, what: str, path: str, reason: str):
+        self.what, self.path, self.reason = what, path, reason
+        super().__init__(f"{what} {shown(path, 200)}: {reason}; refusing to use it")
+
+
+class ReceiptConflict(BadInput):
     """A receipt exists for the run but was built from other evidence: not the same operation."""
-
-    exit_code = EXIT_FAILURE
 
     def __init__(self, incident: str, stored_digest: str, offered_digest: str):
         self.incident, self.stored_digest, self.offered_digest = incident, stored_digest, offered_digest
@@ -169,41 +207,75 @@ class ReceiptConflict(LabError):
         )
 
 
-class InconsistentRun(LabError):
+class InconsistentRun(BadInput):
     """The rows of a run contradict each other, e.g. ``report_completed`` without a receipt.
 
     The coordinator never writes such rows; something else edited the database.
     """
 
-    exit_code = EXIT_FAILURE
-
-    def __init__(self, run: str, problem: str):
-        self.run, self.problem = run, problem
-        super().__init__(f"run {run!r} is inconsistent: {problem}; restore the database or inspect it by hand")
+    def __init__(self, incident: str, problem: str):
+        self.incident, self.problem = incident, problem
+        super().__init__(f"run {incident!r} is inconsistent: {problem}; restore the database or inspect it by hand")
 
 
-class DatabaseUnavailable(LabError):
-    """SQLite could not open or write the file: permissions, a read-only disk, a locked file."""
+class RuleViolation(BadInput):
+    """The database refused a write that breaks one of its own rules (a key, a trigger)."""
 
-    exit_code = EXIT_FAILURE
+    def __init__(self, path: str, rule: str):
+        self.path, self.rule = path, rule
+        super().__init__(f"database {shown(path, 200)} refused a write that breaks its rules: {rule}")
+
+
+class CorruptCallLog(BadInput):
+    """A line of the provider's call log is not what the provider writes."""
+
+    def __init__(self, path: str, line: int, problem: str):
+        self.path, self.line, self.problem = path, line, problem
+        super().__init__(f"provider call log {shown(path, 200)} is damaged at line {line} ({problem}); reads cannot be counted")
+
+
+class BadClock(BadInput):
+    def __init__(self, value: str, reason: str = "is not an instant like 2026-03-02T09:00:00Z"):
+        self.value, self.reason = value, reason
+        super().__init__(f"LABKIT_CLOCK={shown(value)} {reason}")
+
+
+# --------------------------------------------------------------------------- run-time failures (exit 1)
+
+
+class StaleTransition(RunFailure):
+    """A compare-and-set transition found the run somewhere other than where it expected."""
+
+    def __init__(self, incident: str, expected_step: str, expected_version: int):
+        self.incident, self.expected_step, self.expected_version = incident, expected_step, expected_version
+        super().__init__(
+            f"run {incident!r} is no longer at step {expected_step!r} version {expected_version}; "
+            "another worker moved it first"
+        )
+
+
+class ProviderUnavailable(RunFailure):
+    """The read adapter could not produce a response (a timeout, a refused connection, a full disk)."""
+
+    def __init__(self, incident: str, reason: str):
+        self.incident, self.reason = incident, reason
+        super().__init__(f"provider could not read {incident!r}: {reason}")
+
+
+class InjectedFailure(RunFailure):
+    """Raised at a crash point armed in ``raise`` mode: an ordinary exception, not a kill.
+
+    04_rollback uses it to show that the transaction around the point rolls back.
+    """
+
+    def __init__(self, point: str):
+        self.point = point
+        super().__init__(f"injected failure at crash point {point!r}")
+
+
+class DatabaseUnavailable(RunFailure):
+    """SQLite could not open or write the file: a lock held too long, a full disk, permissions."""
 
     def __init__(self, path: str, reason: str):
         self.path, self.reason = path, reason
-        super().__init__(f"cannot use database {path!r}: {reason}")
-
-
-class CorruptCallLog(LabError):
-    """A line of the provider's call log is not what the provider writes."""
-
-    exit_code = EXIT_FAILURE
-
-    def __init__(self, path: str, line: int):
-        self.path, self.line = path, line
-        super().__init__(f"provider call log {path!r} is damaged at line {line}; reads cannot be counted")
-
-
-class BadClock(LabError):
-    def __init__(self, value: str):
-        self.value = value
-        super().__init__(f"LABKIT_CLOCK={shown(value)} is not an instant like 2026-03-02T09:00:00Z")
-
+        super().__init__(f"cannot use database {shown(path, 200)}: {reason}")

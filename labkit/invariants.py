@@ -4,7 +4,8 @@
 2. every run has exactly one receipt;
 3. evidence exists for every run at or past ``evidence_recorded``;
 4. no run's step ever moved backwards (its transition history only climbs);
-5. provider reads = 1 + crashes that fell between a read and its commit;
+5. provider reads = 1 + the reads whose transaction never committed: a crash between a
+   read and its commit (N1), or a read whose answer was refused or failed and retried;
 6. ``PRAGMA integrity_check`` answers ``ok``;
 7. running recovery again changes nothing (no row, no provider call).
 
@@ -18,10 +19,11 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+from .database import read_transaction
 from .provider import CallLog, ReadAdapter
 from .recovery import recover
 from .steps import Step
-from .store import connect, list_runs_txn, read_transaction, snapshot
+from .store import connect_readonly, list_runs_txn, snapshot
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ STATEMENTS = {
     2: "exactly one receipt per run",
     3: "evidence for every run past not_inspected",
     4: "step never moved backwards",
-    5: "provider reads = 1 + crashes between read and commit",
+    5: "provider reads = 1 + reads never committed",
     6: "integrity_check is ok",
     7: "recovering again changes nothing",
 }
@@ -46,13 +48,17 @@ STATEMENTS = {
 def check_invariants(
     db_path: str | Path, call_log: str | Path, expected_reads: dict[str, int], provider: ReadAdapter
 ) -> list[InvariantResult]:
-    """Check all seven; ``expected_reads`` maps each incident to 1 + its crashes inside the read window.
+    """Check all seven; ``expected_reads`` maps each incident to 1 + its reads that never committed.
+
+    In the crash suite those are the crashes that fell inside the read window
+    (:data:`~labkit.crashpoints.BETWEEN_READ_AND_COMMIT`); a test that also makes the
+    provider fail counts those reads too.
 
     Invariant 7 runs :func:`~labkit.recovery.recover` once more with ``provider``, so call
     this only after the recovery under test has finished.
     """
     log = CallLog(call_log)
-    with closing(connect(db_path)) as conn, read_transaction(conn):
+    with closing(connect_readonly(db_path)) as conn, read_transaction(conn):
         runs = list_runs_txn(conn)
         receipts = dict(conn.execute("SELECT incident, COUNT(*) FROM receipts GROUP BY incident").fetchall())
         with_evidence = {row[0] for row in conn.execute("SELECT incident FROM evidence")}
@@ -76,7 +82,8 @@ def check_invariants(
         [f"{i} has no run" for i in missing] + [f"{r.incident} at {r.step}" for r in runs if r.step is not Step.REPORT_COMPLETED],
         f"{len(runs)} runs",
     )
-    record(2, [f"{r.incident} has {receipts.get(r.incident, 0)}" for r in runs if receipts.get(r.incident, 0) != 1], f"{len(runs)} receipts")
+    wrong_receipts = [f"{r.incident} has {receipts.get(r.incident, 0)}" for r in runs if receipts.get(r.incident, 0) != 1]
+    record(2, wrong_receipts, f"{len(runs)} receipts")
     record(3, [r.incident for r in runs if r.step is not Step.NOT_INSPECTED and r.incident not in with_evidence], "all present")
     record(4, [r.incident for r in runs if not _climbs(history.get(r.incident, []), r.step, r.version)], "all histories climb")
     reads = {incident: log.reads_of(incident) for incident in expected_reads}
@@ -88,7 +95,7 @@ def check_invariants(
     record(6, [] if integrity == "ok" else [integrity], "ok")
 
     again = recover(db_path, provider)
-    with closing(connect(db_path)) as conn:
+    with closing(connect_readonly(db_path)) as conn:
         after = snapshot(conn)
     changed = [table for table in before if before[table] != after[table]]
     new_calls = len(log.calls()) - calls_before
@@ -106,7 +113,7 @@ def _climbs(history: list[tuple], final: Step, final_version: int) -> bool:
     """The history starts at not_inspected, links each step to the last, only climbs, and ends where the run is."""
     if not history or history[0][0] is not None or history[0][1] != Step.NOT_INSPECTED.value:
         return False
-    for (_, previous, previous_version), (source, target, version) in zip(history, history[1:]):
+    for (_, previous, previous_version), (source, target, version) in zip(history, history[1:], strict=False):
         if source != previous or Step(target).rank <= Step(previous).rank or version != previous_version + 1:
             return False
     return history[-1][1] == final.value and history[-1][2] == final_version

@@ -8,13 +8,18 @@ started with the interpreter of the current environment. Its clock is pinned
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
+import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
 from .clock import CLOCK_ENV
+from .database import write_lock
 from .store import connect
 
 #: The instant every child's clock starts from, unless the caller's environment sets one.
@@ -53,11 +58,11 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _argv(args: tuple[str, ...]) -> list[str]:
+def _argv(args: tuple[str | Path, ...]) -> list[str]:
     return [sys.executable, "-m", "labkit", *map(str, args)]
 
 
-def _shown(args: tuple[str, ...]) -> str:
+def _shown(args: tuple[str | Path, ...]) -> str:
     # Paths are shown by file name only: outputs must not carry a machine's folders.
     return "python -m labkit " + " ".join(Path(a).name if os.sep in str(a) else str(a) for a in args)
 
@@ -79,6 +84,7 @@ def run_in_child(db: str | Path, incident: str, crash_at: str | None = None, **k
 def race(
     *commands: tuple[str | Path, ...],
     gate: str | Path | None = None,
+    pause_at: str | None = None,
     env: dict[str, str] | None = None,
     timeout: float = 120,
 ) -> list[ChildOutcome]:
@@ -90,25 +96,107 @@ def race(
     has printed its first line, which it does after reading its run's step. So every child
     has seen the run as it was before any of them could change it, and all of them go for
     the next write together: a real race, decided by SQLite's lock, not by start-up order.
+
+    ``pause_at`` forces the most dangerous interleaving at a crash point: every ``run``
+    child pauses there (``--pause-at``). A child that pauses while holding the write lock
+    is let go at once, since nobody else can reach the point while it waits. Children that
+    pause holding no lock are let go together, once every child still running has paused:
+    so code that decides in one transaction and writes in another has every worker decide
+    before any writes, every time, not only when the scheduler happens to interleave badly.
     """
-    holder = None
-    if gate is not None:
-        holder = connect(gate)
-        holder.execute("BEGIN IMMEDIATE")
+    argvs = [tuple(map(str, args)) for args in commands]
+    if pause_at is not None:
+        argvs = [args + ("--pause-at", pause_at) if args[:1] == ("run",) else args for args in argvs]
+    events: queue.Queue[tuple[int, str | None]] = queue.Queue()
+    children: list[subprocess.Popen] = []
+    errors: list[list[str]] = [[] for _ in argvs]
+    holder = connect(gate) if gate is not None else None
     try:
-        started = [
-            (args, subprocess.Popen(_argv(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(env)))
-            for args in commands
-        ]
-        # A child that needs the lock before its first line (a new run) gives up after the
-        # busy timeout and exits, so this read cannot wait forever.
-        first_lines = [process.stdout.readline() if holder is not None else "" for _, process in started]
+        lock = write_lock(holder) if holder is not None else nullcontext()
+        with lock:
+            for index, args in enumerate(argvs):
+                child = subprocess.Popen(
+                    _argv(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True, env=child_env(env),
+                )
+                children.append(child)
+                threading.Thread(target=_pump, args=(child.stdout, index, events), daemon=True).start()
+                threading.Thread(target=_collect, args=(child.stderr, errors[index]), daemon=True).start()
+            # A child that needs the lock before its first line (a new run) gives up after the
+            # busy timeout and exits, so this wait cannot last forever.
+            lines: list[list[str]] = [[] for _ in children]
+            backlog = _wait_for_first_lines(events, lines, timeout) if holder is not None else []
+        _follow(children, events, backlog, lines, timeout)
     finally:
         if holder is not None:
-            holder.execute("ROLLBACK")
             holder.close()
+        for child in children:
+            if child.poll() is None:
+                child.kill()
     outcomes = []
-    for (args, process), first in zip(started, first_lines):
-        stdout, stderr = process.communicate(timeout=timeout)
-        outcomes.append(ChildOutcome(_shown(args), process.returncode, first + stdout, stderr))
+    for args, child, printed, stderr in zip(argvs, children, lines, errors, strict=True):
+        child.wait(timeout=timeout)
+        outcomes.append(ChildOutcome(_shown(args), child.returncode, "".join(printed), "".join(stderr)))
     return outcomes
+
+
+def _pump(stream, index: int, events: queue.Queue) -> None:
+    for line in stream:
+        events.put((index, line))
+    events.put((index, None))
+
+
+def _collect(stream, into: list[str]) -> None:
+    into.extend(stream)
+
+
+def _wait_for_first_lines(events: queue.Queue, lines: list[list[str]], timeout: float) -> list[tuple[int, str | None]]:
+    """Wait until every child has printed a line or ended; return the other events seen meanwhile."""
+    waiting = set(range(len(lines)))
+    backlog: list[tuple[int, str | None]] = []
+    while waiting:
+        index, line = events.get(timeout=timeout)
+        if index in waiting and line is not None:
+            lines[index].append(line)
+        else:
+            backlog.append((index, line))  # handled by _follow, in the order they came
+        waiting.discard(index)
+    return backlog
+
+
+def _follow(
+    children: list[subprocess.Popen],
+    events: queue.Queue,
+    backlog: list[tuple[int, str | None]],
+    lines: list[list[str]],
+    timeout: float,
+) -> None:
+    """Collect every child's output to its end, releasing paused children by the rule of :func:`race`."""
+    running = set(range(len(children)))
+    paused: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while running:
+        if backlog:
+            index, line = backlog.pop(0)
+        else:
+            index, line = events.get(timeout=max(0.0, deadline - time.monotonic()))
+        if line is None:
+            running.discard(index)
+            paused.discard(index)
+        else:
+            lines[index].append(line)
+            if line.startswith("paused at "):
+                if "(holding the write lock)" in line:
+                    _release(children[index])
+                else:
+                    paused.add(index)
+        if paused and paused == running:
+            for waiting in sorted(paused):
+                _release(children[waiting])
+            paused.clear()
+
+
+def _release(child: subprocess.Popen) -> None:
+    assert child.stdin is not None
+    child.stdin.write("\n")
+    child.stdin.flush()

@@ -13,6 +13,8 @@ shows the second read that the checkpoint database cannot show.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 from dataclasses import dataclass
@@ -20,7 +22,9 @@ from pathlib import Path
 from typing import Protocol
 
 from .contract import CONTRACT
-from .errors import CorruptCallLog, DataFolderMissing, NotADatabase, ProviderUnavailable, UnknownIncident
+from .database import open_regular_file
+from .errors import BadDatabasePath, CorruptCallLog, DataFolderMissing, NotADatabase, NotARegularFile, ProviderUnavailable, UnknownIncident
+from .jsontext import JsonProblem, strict_loads
 
 #: Overrides where the reference provider finds its incidents (tests point it at bad data).
 DATA_ENV = "LABKIT_DATA_DIR"
@@ -34,6 +38,7 @@ class ReadAdapter(Protocol):
 
     def read(self, incident: str) -> bytes:
         """The raw response for ``incident``. May raise ProviderUnavailable."""
+        ...
 
 
 def data_dir() -> Path:
@@ -54,7 +59,10 @@ def call_log_for(db_path: str | Path) -> Path:
     The path is resolved first, so a database reached through a symlink and through its
     real path shares one log; otherwise reads would be split and undercounted.
     """
-    resolved = Path(db_path).resolve()
+    try:
+        resolved = Path(db_path).resolve()
+    except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError for a symlink loop
+        raise BadDatabasePath(str(db_path), "it is a symbolic link loop") from None
     if not str(db_path) or resolved.is_dir():
         raise NotADatabase(str(db_path), "it is a folder")
     return resolved.with_name(resolved.name + ".provider-calls.jsonl")
@@ -73,38 +81,109 @@ class ProviderCall:
 class CallLog:
     """An append-only JSON-lines file, written before the response is returned.
 
-    Each line is written with one ``write`` on a file opened with O_APPEND, so concurrent
-    workers do not interleave lines; once ``write`` returns, the line belongs to the operating
-    system and survives the caller being killed. The fsync adds survival of an OS crash or a
-    power cut, as a real service's log would have.
+    Each line is written under an exclusive ``flock`` on a file opened with O_APPEND, so
+    concurrent workers never interleave or tear each other's lines; once ``write``
+    returns, the line belongs to the operating system and survives the caller being
+    killed. The fsync adds survival of an OS crash or a power cut, as a real service's
+    log would have. A write that fails half way (a full disk) is cut back off, so the
+    log never keeps a torn line; the call then fails, like a service that cannot log.
+    The file must be a regular file: a symlink or a FIFO in its place is refused, not
+    followed or waited on.
     """
+
+    WHAT = "provider call log"
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
 
-    def append(self, incident: str, outcome: str, response_bytes: int) -> None:
-        line = json.dumps({"incident": incident, "outcome": outcome, "response_bytes": response_bytes}) + "\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    def check(self) -> None:
+        """Refuse, before any work, a log path that is a symlink, a FIFO, a folder or a device."""
         try:
-            os.write(fd, line.encode("utf-8"))
-            os.fsync(fd)
+            fd = open_regular_file(self.path, os.O_RDONLY, self.WHAT)
+        except FileNotFoundError:
+            return
+        except IsADirectoryError:
+            raise NotARegularFile(self.WHAT, str(self.path), "it is a folder") from None
+        os.close(fd)
+
+    def append(self, incident: str, outcome: str, response_bytes: int) -> None:
+        entry = {"incident": incident, "outcome": outcome, "response_bytes": response_bytes}
+        line = (json.dumps(entry, allow_nan=False) + "\n").encode("utf-8")
+        try:
+            fd = open_regular_file(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, self.WHAT)
+        except IsADirectoryError:
+            raise NotARegularFile(self.WHAT, str(self.path), "it is a folder") from None
+        except OSError as error:
+            raise ProviderUnavailable(incident, f"its call log cannot be opened: {error.strerror or error}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            start = _drop_torn_tail(fd)
+            try:
+                _write_all(fd, line)
+                os.fsync(fd)
+            except OSError as error:
+                os.ftruncate(fd, start)  # leave no torn line for the next reader
+                reason = "the disk is full" if error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else error.strerror
+                raise ProviderUnavailable(incident, f"its call log could not be written: {reason}") from None
         finally:
-            os.close(fd)
+            os.close(fd)  # closing releases the flock
 
     def calls(self) -> list[ProviderCall]:
-        if not self.path.exists():
+        try:
+            fd = open_regular_file(self.path, os.O_RDONLY, self.WHAT)
+        except FileNotFoundError:
             return []
+        except IsADirectoryError:
+            raise NotARegularFile(self.WHAT, str(self.path), "it is a folder") from None
+        with os.fdopen(fd, "rb") as handle:
+            content = handle.read()
+        lines = content.split(b"\n")
+        # The last piece is empty when the file ends in a newline; otherwise it is a line
+        # whose write never finished (the writer was killed), which is not a call.
         calls = []
-        for number, line in enumerate(self.path.read_text(encoding="utf-8").splitlines(), start=1):
+        for number, raw in enumerate(lines[:-1], start=1):
             try:
-                entry = json.loads(line)
-                calls.append(ProviderCall(number, str(entry["incident"]), str(entry["outcome"]), int(entry["response_bytes"])))
-            except (ValueError, KeyError, TypeError):
-                raise CorruptCallLog(str(self.path), number) from None
+                calls.append(_parse_call(number, raw))
+            except JsonProblem as problem:
+                raise CorruptCallLog(str(self.path), number, problem.reason) from None
         return calls
 
     def reads_of(self, incident: str) -> int:
         return sum(1 for call in self.calls() if call.incident == incident)
+
+
+def _parse_call(number: int, raw: bytes) -> ProviderCall:
+    entry = strict_loads(raw, max_depth=1)
+    if not isinstance(entry, dict) or set(entry) != {"incident", "outcome", "response_bytes"}:
+        raise JsonProblem("not an object with incident, outcome and response_bytes")
+    incident, outcome, size = entry["incident"], entry["outcome"], entry["response_bytes"]
+    if not isinstance(incident, str) or not isinstance(outcome, str) or type(size) is not int or size < 0:
+        raise JsonProblem("a field has the wrong type")
+    return ProviderCall(number, incident, outcome, size)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` may write only part of the buffer (a nearly full disk): go on until done."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        if written <= 0:  # pragma: no cover - write raises rather than return 0 on a regular file
+            raise OSError(errno.ENOSPC, "no progress writing")
+        view = view[written:]
+
+
+def _drop_torn_tail(fd: int) -> int:
+    """Cut off an unfinished last line left by a writer killed mid-write; return the new size.
+
+    Called under the exclusive lock, so no other writer is half way through a line.
+    """
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return size
+    tail = os.pread(fd, min(size, 1 << 16), max(0, size - (1 << 16)))
+    keep = size - len(tail) + tail.rfind(b"\n") + 1
+    os.ftruncate(fd, keep)
+    return keep
 
 
 class ReferenceProvider:
@@ -127,13 +206,23 @@ class ReferenceProvider:
         if incident not in known:
             raise UnknownIncident(incident, len(known))
         try:
-            raw = (self.data / "incidents" / f"{incident}.json").read_bytes()
+            raw = _read_regular(self.data / "incidents" / f"{incident}.json")
+        except NotARegularFile:
+            self.log.append(incident, "unavailable", 0)
+            raise
         except OSError as error:
             self.log.append(incident, "unavailable", 0)
             raise ProviderUnavailable(incident, error.strerror or str(error)) from None
         response = _answer(raw)
         self.log.append(incident, "ok", len(response))
         return response
+
+
+def _read_regular(path: Path) -> bytes:
+    """The file's bytes; a FIFO or a device in the data folder is refused, not waited on."""
+    fd = open_regular_file(path, os.O_RDONLY, "incident file", follow_symlinks=True)
+    with os.fdopen(fd, "rb") as handle:
+        return handle.read()
 
 
 _NODE_FIELDS = ("name", "mem_alarm", "disk_free_alarm")
@@ -149,8 +238,8 @@ def _answer(raw: bytes) -> bytes:
     a snapshot that is not a JSON object goes back as it came, like an upstream error page.
     """
     try:
-        snapshot = json.loads(raw)
-    except ValueError:
+        snapshot = strict_loads(raw, max_depth=64)
+    except JsonProblem:
         return raw
     if not isinstance(snapshot, dict):
         return raw

@@ -1,9 +1,12 @@
 """The receipt table: proof that a run completed locally, at most one per run.
 
-"At most one" is held by the database: ``receipts.incident`` is the primary key, so a
-second INSERT for the same run fails whatever the code above it does. The coordinator
-checks first and returns the stored receipt on a repeat; the key is the backstop for the
-day that check has a bug, or two processes race (06_single_receipt).
+The table and its rule live together here. "At most one" is held by the database:
+``receipts.incident`` is the primary key, so a second INSERT for the same run fails
+whatever the code above it does. The repeat policy is read beside it: a second issue of
+the *same* receipt (same run, same evidence) returns the stored one; a receipt for other
+evidence is a :class:`~labkit.errors.ReceiptConflict`. The coordinator checks the step
+first and never reaches the key on a repeat; the key is the backstop for the day that
+check has a bug, or two processes race (06_single_receipt).
 
 A receipt records local completion only. It says nothing about a ticket created, a page
 sent or any other remote effect: those need their own ledger (09_external_effects).
@@ -17,8 +20,22 @@ import sqlite3
 from dataclasses import dataclass
 
 from .clock import Clock
+from .database import require_write_transaction
 from .errors import ReceiptConflict
-from .store import canonical_json
+from .jsontext import canonical_json
+
+#: Schema version 1 of the table (never edited: store.MIGRATIONS applies it once).
+RECEIPTS_TABLE_V1 = """CREATE TABLE receipts (
+            incident         TEXT PRIMARY KEY REFERENCES runs (incident),
+            receipt_id       TEXT NOT NULL UNIQUE,
+            evidence_digest  TEXT NOT NULL,
+            report           TEXT NOT NULL,
+            issued_at        TEXT NOT NULL
+        ) STRICT"""
+
+#: SQLite's extended result codes when a PRIMARY KEY or a UNIQUE column refuses a row: the
+#: receipt id is derived from the run, so a second receipt can meet either first.
+_KEY_REFUSED = {1555, 2067}
 
 
 @dataclass(frozen=True)
@@ -32,7 +49,7 @@ class Receipt:
 
 def receipt_id_for(incident: str, workflow_version: int) -> str:
     """Derived, not random: the same run always gets the same receipt id, so outputs are stable."""
-    digest = hashlib.sha256(f"receipt:{incident}:v{workflow_version}".encode("utf-8")).hexdigest()
+    digest = hashlib.sha256(f"receipt:{incident}:v{workflow_version}".encode()).hexdigest()
     return f"rcpt-{digest[:12]}"
 
 
@@ -46,20 +63,24 @@ def find_receipt_txn(conn: sqlite3.Connection, incident: str) -> Receipt | None:
 def issue_receipt_txn(
     conn: sqlite3.Connection, incident: str, workflow_version: int, report: dict, clock: Clock
 ) -> Receipt:
-    """Insert the run's receipt, or return the stored one if this is the same operation again.
+    """Insert the run's receipt; on a repeat of the same operation, return the stored one.
 
-    The coordinator only calls this for a run at ``evidence_recorded``, so the stored-receipt
-    branch is a backstop: it keeps a second caller that skipped the step check (a bug, another
-    tool) from either duplicating the receipt or silently overwriting it with other evidence.
+    The primary key decides: the INSERT either succeeds or is refused because a receipt
+    exists. A refused INSERT is the same operation again if the stored receipt was built
+    from the same evidence; otherwise it is a conflict, and nothing is overwritten.
     """
-    stored = find_receipt_txn(conn, incident)
-    if stored is not None:
-        if stored.evidence_digest != report["evidence_digest"]:
-            raise ReceiptConflict(incident, stored.evidence_digest, report["evidence_digest"])
-        return stored
+    require_write_transaction(conn, "issue_receipt_txn")
     receipt = Receipt(incident, receipt_id_for(incident, workflow_version), report["evidence_digest"], report, clock.now())
-    conn.execute(
-        "INSERT INTO receipts (incident, receipt_id, evidence_digest, report, issued_at) VALUES (?, ?, ?, ?, ?)",
-        (receipt.incident, receipt.receipt_id, receipt.evidence_digest, canonical_json(report), receipt.issued_at),
-    )
+    try:
+        conn.execute(
+            "INSERT INTO receipts (incident, receipt_id, evidence_digest, report, issued_at) VALUES (?, ?, ?, ?, ?)",
+            (receipt.incident, receipt.receipt_id, receipt.evidence_digest, canonical_json(report), receipt.issued_at),
+        )
+    except sqlite3.IntegrityError as error:
+        stored = find_receipt_txn(conn, incident)
+        if getattr(error, "sqlite_errorcode", None) not in _KEY_REFUSED or stored is None:
+            raise
+        if stored.evidence_digest != receipt.evidence_digest:
+            raise ReceiptConflict(incident, stored.evidence_digest, receipt.evidence_digest) from None
+        return stored
     return receipt

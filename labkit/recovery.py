@@ -9,19 +9,20 @@ worker process would. Taught in 05_crash_and_reread and 06_single_receipt.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from .clock import Clock
 from .coordinator import WORKFLOW_VERSION, Coordinator
 from .crashpoints import NO_CRASH, CrashPlan
-from .errors import LabError, WorkflowVersionMismatch
+from .database import read_transaction
+from .errors import LabError
 from .provider import ReadAdapter
 from .receipts import Receipt
 from .steps import Step
-from .store import connect, list_runs_txn, read_transaction
+from .store import connect, list_runs_txn
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Resumed:
         if self.error is not None:
             return f"failed: {self.error}"
         read = "read the provider" if self.read_provider else "no read"
+        assert self.receipt is not None  # every run that did not fail has one
         if not self.completed:
             return f"{read}; already completed by another worker, receipt {self.receipt.receipt_id}"
         if self.read_provider:
@@ -55,6 +57,7 @@ def recover(
     crash: CrashPlan = NO_CRASH,
     workflow_version: int = WORKFLOW_VERSION,
     progress: Callable[[Resumed], None] | None = None,
+    coordinator_class: type[Coordinator] = Coordinator,
 ) -> list[Resumed]:
     """Resume every unfinished run from its recorded step; return one :class:`Resumed` per run.
 
@@ -62,15 +65,17 @@ def recover(
     release cannot tell what their step means. After that, one run failing (its provider
     answer rejected, the provider down) does not stop the others; the failure is recorded
     in its ``Resumed.error``. ``progress`` is called after each run, so a caller can report
-    as it goes rather than lose the report if the process dies half way.
+    as it goes rather than lose the report if the process dies half way. The database must
+    exist: recovery of a mistyped path must not create an empty one.
+    ``coordinator_class`` lets a lesson recover with a deliberately broken variant
+    (:mod:`labkit.naive`).
     """
-    with closing(connect(db_path)) as conn:
+    with closing(connect(db_path, create=False)) as conn:
+        coordinator = coordinator_class(conn, provider, clock=clock, crash=crash, workflow_version=workflow_version)
         with read_transaction(conn):
             unfinished = [run for run in list_runs_txn(conn) if run.step is not Step.REPORT_COMPLETED]
         for run in unfinished:
-            if run.workflow_version != workflow_version:
-                raise WorkflowVersionMismatch(run.incident, run.workflow_version, workflow_version)
-        coordinator = Coordinator(conn, provider, clock=clock, crash=crash, workflow_version=workflow_version)
+            coordinator.check_version(run)
         results = []
         for run in unfinished:
             try:

@@ -10,15 +10,19 @@ from contextlib import closing
 from pathlib import Path
 
 from .coordinator import WORKFLOW_VERSION
+from .database import read_transaction
 from .provider import CallLog, call_log_for
 from .receipts import find_receipt_txn
-from .store import SCHEMA_VERSION, connect, list_runs_txn, load_evidence_txn, read_transaction
+from .store import SCHEMA_VERSION, connect_readonly, list_runs_txn, load_evidence_txn
 
 
 def status_of(db: str | Path) -> dict:
-    """The status object, with at least incident, workflow_version, step, receipts, provider_reads per run."""
-    log = CallLog(call_log_for(db))
-    with closing(connect(db)) as conn, read_transaction(conn):
+    """The status object, with at least incident, workflow_version, step, receipts, provider_reads per run.
+
+    Read only: the database must exist, and nothing is written to it or beside it, so
+    status works in a read-only folder and on a mistyped path it creates nothing.
+    """
+    with closing(connect_readonly(db)) as conn, read_transaction(conn):
         runs = [
             {
                 "incident": run.incident,
@@ -33,7 +37,7 @@ def status_of(db: str | Path) -> dict:
         ]
     # The log is read after the database: a read is logged before its evidence commits, so
     # this order never shows committed evidence with fewer reads than it took.
-    calls = log.calls()
+    calls = CallLog(call_log_for(db)).calls()
     for run in runs:
         run["provider_reads"] = sum(1 for call in calls if call.incident == run["incident"])
     return {"schema_version": SCHEMA_VERSION, "workflow_version": WORKFLOW_VERSION, "runs": runs}

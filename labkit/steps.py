@@ -6,10 +6,10 @@ import cycle. Taught in 02_three_states.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class Step(str, Enum):
+class Step(StrEnum):
     """Where a run is. Each value is exactly what the ``runs.step`` column stores."""
 
     NOT_INSPECTED = "not_inspected"
@@ -20,6 +20,11 @@ class Step(str, Enum):
     def rank(self) -> int:
         """Position in the workflow; a run's rank never decreases (invariant 4)."""
         return ORDER.index(self)
+
+    @property
+    def next(self) -> Step | None:
+        """The only step a run may move to from this one; None at the end."""
+        return ORDER[self.rank + 1] if self.rank + 1 < len(ORDER) else None
 
     def __str__(self) -> str:
         return self.value

@@ -1,43 +1,52 @@
 """The checkpoint store: one SQLite file holding runs, evidence, receipts and their history.
 
-Everything durable goes through three functions here: :func:`connect`, the only place
-that calls ``sqlite3.connect``; :func:`transaction`, the only place that begins and ends a
-write transaction; and :func:`read_transaction`, for several reads that must see one
-moment. Helpers whose name ends in ``_txn`` take the caller's connection and never open a
+:func:`connect` is how every part of labkit opens a checkpoint database. It decides
+whether the file is a labkit database *before* anything is written to it (another
+program's database is left byte for byte as it was), then switches it to write-ahead
+logging and brings its schema up to date in one transaction. :func:`connect_readonly`
+opens one for reading only, and never writes, even in a read-only folder.
+
+Helpers whose name ends in ``_txn`` take the caller's connection and never open a
 transaction themselves, so several of them can share one atomic commit: that is how a
-step and its evidence are committed together. (A single ``_txn`` read outside any
-transaction is still one atomic statement.) Taught in 03_durable_checkpoint and 04_rollback.
+step and its evidence are committed together. The ones that write check that a write
+transaction is open (:func:`labkit.database.require_write_transaction`); a read outside
+any transaction is still one atomic statement. Transactions themselves, and the one call
+of ``sqlite3.connect``, live in :mod:`labkit.database`. Taught in 03_durable_checkpoint
+and 04_rollback.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
-from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ContextManager, Iterator
 
+from . import receipts
 from .clock import Clock
-from .errors import (
-    DatabaseFolderMissing,
-    DatabaseUnavailable,
-    NotADatabase,
-    NotALabDatabase,
-    SchemaVersionMismatch,
-    StaleTransition,
-    UnknownRun,
-    WorkflowVersionMismatch,
+from .database import (
+    check_path,
+    open_database,
+    read_transaction,
+    require_write_transaction,
+    set_wal,
+    transaction,
+    translate,
 )
+from .errors import NotALabDatabase, SchemaVersionMismatch, StaleTransition, StepOrderError
+from .jsontext import canonical_json
 from .steps import Step
 
-SQLITE_HEADER = b"SQLite format 3\x00"
-
-#: How long a writer waits for another process's write lock before giving up, in ms.
-#: Long enough for the lab's concurrent-completion race; short enough to notice a hang.
-BUSY_TIMEOUT_MS = 10_000
+#: Written into the file header (``PRAGMA application_id``) so that labkit can tell its own
+#: databases from any other program's: the four bytes spell "LABK".
+APPLICATION_ID = int.from_bytes(b"LABK", "big")
 
 _STEP_RANK_SQL = "CASE {col} WHEN 'not_inspected' THEN 0 WHEN 'evidence_recorded' THEN 1 WHEN 'report_completed' THEN 2 END"
+
+#: The tables of schema version 1, which predates the application id: a file at version 1
+#: without the id is labkit's only if it holds exactly these.
+_V1_TABLES = frozenset({"runs", "evidence", "receipts", "transitions", "sqlite_sequence"})
 
 #: Ordered schema changes. Entry n moves the database from schema version n to n+1, in the
 #: same transaction that bumps ``PRAGMA user_version``. Never edit an entry; append one.
@@ -58,15 +67,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             digest       TEXT NOT NULL,   -- sha256 of body, so a receipt can name what it was built from
             recorded_at  TEXT NOT NULL
         ) STRICT""",
-        # The primary key is the guarantee: the database itself refuses a second receipt for
-        # a run, whatever the code above it does (G3).
-        """CREATE TABLE receipts (
-            incident         TEXT PRIMARY KEY REFERENCES runs (incident),
-            receipt_id       TEXT NOT NULL UNIQUE,
-            evidence_digest  TEXT NOT NULL,
-            report           TEXT NOT NULL,
-            issued_at        TEXT NOT NULL
-        ) STRICT""",
+        receipts.RECEIPTS_TABLE_V1,
         """CREATE TABLE transitions (
             seq            INTEGER PRIMARY KEY AUTOINCREMENT,
             incident       TEXT NOT NULL REFERENCES runs (incident),
@@ -75,122 +76,120 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             state_version  INTEGER NOT NULL,
             at             TEXT NOT NULL
         ) STRICT""",
-        # Invariant 4 held by the database, not only by the coordinator's code.
         f"""CREATE TRIGGER runs_step_moves_forward BEFORE UPDATE OF step ON runs
             WHEN {_STEP_RANK_SQL.format(col='NEW.step')} < {_STEP_RANK_SQL.format(col='OLD.step')}
             BEGIN SELECT RAISE(ABORT, 'a run''s step may not move backwards'); END""",
+    ),
+    (
+        # Version 1's trigger refused only a backward step; a sideways or skipping one
+        # slipped through. The rule is exactly one step forward, with the state version
+        # moving by one, held by the database as well as by advance_txn.
+        "DROP TRIGGER runs_step_moves_forward",
+        f"""CREATE TRIGGER runs_step_moves_one_forward BEFORE UPDATE OF step ON runs
+            WHEN {_STEP_RANK_SQL.format(col='NEW.step')} IS NOT {_STEP_RANK_SQL.format(col='OLD.step')} + 1
+              OR NEW.version IS NOT OLD.version + 1
+            BEGIN SELECT RAISE(ABORT, 'a run''s step may only move one step forward, its version by one'); END""",
+        f"PRAGMA application_id = {APPLICATION_ID}",
     ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def connect(path: str | Path) -> sqlite3.Connection:
-    """Open (creating if needed) the checkpoint database at ``path``, with the lab's settings.
+def connect(path: str | Path, *, create: bool = True) -> sqlite3.Connection:
+    """Open the checkpoint database at ``path``, creating it if ``create`` (its folder must exist).
 
-    - ``isolation_level=None``: Python's sqlite3 would otherwise open transactions on its
-      own, and only before writes, so the read that decides a write would sit outside it.
-      We issue ``BEGIN IMMEDIATE`` ourselves in :func:`transaction`.
-    - WAL: readers (a notebook's tables) never block the writer, and a crash leaves a log
-      that the next opener replays.
-    - ``synchronous=FULL``: a commit is on disk when COMMIT returns; ``NORMAL`` in WAL mode
-      may lose the last commits on power loss, which is the thing this lab is about.
-    - ``busy_timeout``: a second process waits for the write lock instead of failing.
-    - ``foreign_keys``: evidence and receipts cannot point at a run that does not exist.
+    In order, and nothing written until the file is known to be labkit's:
 
-    The file is checked before SQLite sees it, so a file that is not a database is left
-    byte for byte as it was. The schema is brought up to date in one transaction.
+    1. the path is checked (:func:`labkit.database.check_path`); with ``create=False`` a
+       path where no database exists is refused rather than made into an empty one;
+    2. the file's application id, schema version and tables are read in one statement,
+       and anything that is not a labkit database (or is a newer one) is refused;
+    3. WAL: readers (a notebook's tables) never block the writer, and after a crash the
+       next opener finds committed transactions in the log and discards the rest;
+    4. ``synchronous=FULL``: a commit is on disk when COMMIT returns; ``NORMAL`` in WAL
+       mode may lose the last commits on power loss, which is the thing this lab is about;
+    5. the schema is migrated in one transaction, checked again under the write lock.
     """
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise DatabaseFolderMissing(str(path.parent))
-    if path.is_dir():
-        raise NotADatabase(str(path), "it is a folder")
-    if path.exists() and not path.is_file():  # a FIFO or a device would block or be damaged
-        raise NotADatabase(str(path), "it is not a regular file")
-    if path.exists():
-        with open(path, "rb") as handle:
-            header = handle.read(len(SQLITE_HEADER))
-        if header and header != SQLITE_HEADER:  # an empty file is a new, empty database
-            raise NotADatabase(str(path))
+    path = check_path(path, must_exist=not create)
+    conn = open_database(path)
     try:
-        conn = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
-    except sqlite3.Error as error:
-        raise DatabaseUnavailable(str(path), str(error)) from None
-    try:
-        conn.row_factory = sqlite3.Row
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        # Refuse a newer schema before any setting below is written into the file.
-        found = _refuse_newer_schema(conn, str(path))
-        conn.execute("PRAGMA journal_mode = WAL")
+        found = _identify(conn, path)
+        set_wal(conn)
         conn.execute("PRAGMA synchronous = FULL")
-        conn.execute("PRAGMA foreign_keys = ON")
         if found < SCHEMA_VERSION:
             # Only an old or new file takes the write lock here; a reader of an up-to-date
             # database must not queue behind a worker whose transaction is open.
-            _migrate(conn, str(path))
-    except sqlite3.DatabaseError as error:
+            _migrate(conn, path)
+    except sqlite3.Error as error:
         conn.close()
-        if "not a database" in str(error) or "malformed" in str(error):
-            raise NotADatabase(str(path), str(error)) from None
-        raise DatabaseUnavailable(str(path), str(error)) from None
+        raise translate(error, path) from None
     except BaseException:
         conn.close()
         raise
     return conn
 
 
-@contextmanager
-def _atomic(conn: sqlite3.Connection, begin: str) -> Iterator[sqlite3.Connection]:
-    conn.execute(begin)
+def connect_readonly(path: str | Path) -> sqlite3.Connection:
+    """Open an existing checkpoint database for reading only: ``status``, tables, invariants.
+
+    Nothing is written, not even the journal mode, so it works in a read-only folder. A
+    database written by an older labkit is refused with the command that upgrades it.
+    """
+    path = check_path(path, must_exist=True)
+    conn = open_database(path, readonly=True)
     try:
-        yield conn
-        conn.execute("COMMIT")
+        found = _identify(conn, path)
+        if found != SCHEMA_VERSION:
+            raise SchemaVersionMismatch(str(path), found, SCHEMA_VERSION)
+    except sqlite3.Error as error:
+        conn.close()
+        raise translate(error, path) from None
     except BaseException:
-        # SQLite may already have rolled back on its own (a full disk, an I/O error); a
-        # second ROLLBACK would then raise and hide the error that matters.
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+        conn.close()
         raise
+    return conn
 
 
-def transaction(conn: sqlite3.Connection) -> ContextManager[sqlite3.Connection]:
-    """One atomic unit of work: ``BEGIN IMMEDIATE``, commit on success, roll back on anything.
+def _identify(conn: sqlite3.Connection, path: Path) -> int:
+    """The file's schema version, refusing what is not labkit's or is newer than this labkit.
 
-    IMMEDIATE takes the write lock up front. A deferred transaction that reads and then
-    upgrades to a write can fail at once with "database is locked", skipping the busy timeout.
-    Any exception, ``KeyboardInterrupt`` included, rolls back. A SIGKILL runs no code at all;
-    SQLite's journal makes the uncommitted work vanish when the file is next opened.
+    One statement reads the id, the version and the tables, so another process's
+    migration cannot commit between them (it did, when they were read one by one).
     """
-    return _atomic(conn, "BEGIN IMMEDIATE")
+    with read_transaction(conn):
+        app_id, version, names = conn.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id),"
+            " (SELECT user_version FROM pragma_user_version),"
+            " (SELECT json_group_array(name) FROM sqlite_master WHERE type = 'table')"
+        ).fetchone()
+    tables = set(json.loads(names))
+    where = str(path)
+    if app_id not in (0, APPLICATION_ID):
+        raise NotALabDatabase(where, f"its application id is {app_id}, another program's")
+    if version < 0:
+        raise NotALabDatabase(where, f"its schema version is {version}, which labkit never writes")
+    if app_id == APPLICATION_ID:
+        if version > SCHEMA_VERSION:
+            raise SchemaVersionMismatch(where, version, SCHEMA_VERSION)
+        if "runs" not in tables:
+            raise NotALabDatabase(where, f"it carries labkit's id at schema version {version} but has no runs table")
+        return version
+    if version == 0:
+        if tables:
+            raise NotALabDatabase(where, f"it holds tables ({', '.join(sorted(tables)[:3])}) but no labkit schema version")
+        return 0
+    if version == 1 and tables == _V1_TABLES:
+        return 1  # made by a labkit from before the application id
+    if version == 1 and "runs" not in tables:
+        raise NotALabDatabase(where, f"its schema version is {version} but it has no runs table")
+    raise NotALabDatabase(where, f"its schema version is {version} but it lacks labkit's application id")
 
 
-def read_transaction(conn: sqlite3.Connection) -> ContextManager[sqlite3.Connection]:
-    """Several reads that see one committed moment, without taking the write lock.
-
-    In WAL mode a reader neither waits for nor blocks the writer. Inside a caller's open
-    transaction, that transaction already gives one moment, so nothing more is done.
-    """
-    return nullcontext(conn) if conn.in_transaction else _atomic(conn, "BEGIN DEFERRED")
-
-
-def _refuse_newer_schema(conn: sqlite3.Connection, where: str) -> int:
-    """The file's schema version, refusing what this labkit cannot read or must not change."""
-    found = conn.execute("PRAGMA user_version").fetchone()[0]
-    if found > SCHEMA_VERSION:
-        raise SchemaVersionMismatch(where, found, SCHEMA_VERSION)
-    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    if found == 0 and tables:
-        raise NotALabDatabase(where, f"it holds tables ({', '.join(sorted(tables)[:3])}) but no labkit schema version")
-    if found > 0 and "runs" not in tables:
-        raise NotALabDatabase(where, f"its schema version is {found} but it has no runs table")
-    return found
-
-
-def _migrate(conn: sqlite3.Connection, where: str) -> None:
+def _migrate(conn: sqlite3.Connection, path: Path) -> None:
     with transaction(conn):
         # Read again under the write lock: another process may have migrated meanwhile.
-        found = _refuse_newer_schema(conn, where)
+        found = _identify(conn, path)
         for statements in MIGRATIONS[found:]:
             for statement in statements:
                 conn.execute(statement)
@@ -222,6 +221,15 @@ class Evidence:
     recorded_at: str
 
 
+def evidence_digest(body: dict) -> str:
+    """sha256 of the canonical JSON: the identity a receipt records for the evidence it used."""
+    return _sha256(canonical_json(body))
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def _run_from_row(row: sqlite3.Row) -> Run:
     return Run(row["incident"], row["workflow_version"], Step(row["step"]), row["version"], row["created_at"], row["updated_at"])
 
@@ -231,22 +239,15 @@ def find_run_txn(conn: sqlite3.Connection, incident: str) -> Run | None:
     return _run_from_row(row) if row else None
 
 
-def load_run_txn(conn: sqlite3.Connection, incident: str, workflow_version: int) -> Run:
-    """The run, refused if another workflow version wrote it: its step would mean something else."""
-    run = find_run_txn(conn, incident)
-    if run is None:
-        raise UnknownRun(incident)
-    if run.workflow_version != workflow_version:
-        raise WorkflowVersionMismatch(incident, run.workflow_version, workflow_version)
-    return run
-
-
 def create_run_txn(conn: sqlite3.Connection, incident: str, workflow_version: int, clock: Clock) -> Run:
-    """Insert the run at ``not_inspected`` unless it exists; return the stored row either way."""
+    """Insert the run at ``not_inspected`` unless it exists; return the stored row either way.
+
+    Under the write lock, so two workers creating the same run get the same row. Whether
+    the stored row's workflow version is acceptable is the coordinator's question.
+    """
+    require_write_transaction(conn, "create_run_txn")
     existing = find_run_txn(conn, incident)
     if existing is not None:
-        if existing.workflow_version != workflow_version:
-            raise WorkflowVersionMismatch(incident, existing.workflow_version, workflow_version)
         return existing
     at = clock.now()
     conn.execute(
@@ -261,11 +262,16 @@ def create_run_txn(conn: sqlite3.Connection, incident: str, workflow_version: in
 
 
 def advance_txn(conn: sqlite3.Connection, run: Run, to: Step, clock: Clock) -> Run:
-    """Compare-and-set: move ``run`` to ``to`` only if it is still where ``run`` says it is.
+    """Compare-and-set: move ``run`` one step forward to ``to``, only if it is still where ``run`` says.
 
-    The WHERE clause carries the step and version we read; if another worker moved the run
-    in between, no row matches and we refuse rather than overwrite its progress.
+    A move that is not exactly the next step is refused before any write
+    (:class:`~labkit.errors.StepOrderError`); the database's trigger refuses it too. The
+    WHERE clause carries the step and version we read; if another worker moved the run in
+    between, no row matches and we refuse rather than overwrite its progress.
     """
+    require_write_transaction(conn, "advance_txn")
+    if run.step.next is not to:
+        raise StepOrderError(run.incident, run.step.value, f"move to {to.value}")
     at = clock.now()
     cursor = conn.execute(
         "UPDATE runs SET step = ?, version = version + 1, updated_at = ? WHERE incident = ? AND step = ? AND version = ?",
@@ -280,9 +286,12 @@ def advance_txn(conn: sqlite3.Connection, run: Run, to: Step, clock: Clock) -> R
     return Run(run.incident, run.workflow_version, to, run.version + 1, run.created_at, at)
 
 
-def store_evidence_txn(conn: sqlite3.Connection, incident: str, contract: str, body: dict, digest: str, clock: Clock) -> Evidence:
-    at = clock.now()
+def store_evidence_txn(conn: sqlite3.Connection, incident: str, contract: str, body: dict, clock: Clock) -> Evidence:
+    """Record contract-checked evidence; its digest is computed here, from exactly what is stored."""
+    require_write_transaction(conn, "store_evidence_txn")
     text = canonical_json(body)
+    digest = _sha256(text)
+    at = clock.now()
     conn.execute(
         "INSERT INTO evidence (incident, contract, body, digest, recorded_at) VALUES (?, ?, ?, ?, ?)",
         (incident, contract, text, digest, at),
@@ -301,11 +310,6 @@ def list_runs_txn(conn: sqlite3.Connection) -> list[Run]:
     return [_run_from_row(row) for row in conn.execute("SELECT * FROM runs ORDER BY incident")]
 
 
-def canonical_json(value: object) -> str:
-    """One spelling per value (sorted keys, no spaces), so equal evidence has equal digests."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def latest_time_txn(conn: sqlite3.Connection) -> str | None:
     """The latest timestamp written to the database (ISO strings sort in time order)."""
     return conn.execute(
@@ -314,12 +318,14 @@ def latest_time_txn(conn: sqlite3.Connection) -> str | None:
     ).fetchone()[0]
 
 
+TABLES = ("runs", "evidence", "receipts", "transitions")
+
+
 def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
     """Every row of every lab table, in a stable order: compare two to prove nothing changed.
 
     The tables are read in one read transaction, so the snapshot is of a single moment even
     while other processes commit.
     """
-    tables = ("runs", "evidence", "receipts", "transitions")
     with read_transaction(conn):
-        return {table: [tuple(row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1")] for table in tables}
+        return {table: [tuple(row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1")] for table in TABLES}

@@ -26,7 +26,7 @@ class Workspace:
     clock: TickingClock = field(default_factory=TickingClock)
 
     @classmethod
-    def create(cls, name: str) -> "Workspace":
+    def create(cls, name: str) -> Workspace:
         folder = Path(tempfile.mkdtemp(prefix=f"labkit-{name}-"))
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
         return cls(folder, folder / f"{name}.db")

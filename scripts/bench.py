@@ -57,7 +57,7 @@ def main(argv: list[str]) -> int:
         print(f"child process: one `python -m labkit run` in {child * 1000:.0f} ms")
 
         for point in labkit.CRASH_POINTS:
-            def round_trip() -> None:
+            def round_trip(point: str = point) -> None:
                 db = fresh_db()
                 crashed = labkit.run_in_child(db, incidents[0], crash_at=point)
                 recovered = labkit.labkit_cli("recover", "--db", db)

@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 import labkit
+from labkit.database import SQLITE_HEADER
 from labkit.processes import child_env
 from labkit.provider import CallLog
-from labkit.store import SQLITE_HEADER
 from labkit.store import snapshot as table_rows
 
 REPO = Path(labkit.__file__).resolve().parent.parent

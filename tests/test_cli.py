@@ -6,6 +6,8 @@ import json
 import signal
 from pathlib import Path
 
+import pytest
+
 import labkit
 from labkit.receipts import receipt_id_for
 
@@ -83,8 +85,14 @@ def test_status_json_is_one_object_with_the_promised_fields(lab, cli, status):
 
 
 def test_status_json_of_a_new_database_has_no_runs(db, status):
+    labkit.connect(db).close()
     assert status(db)["runs"] == []
-    assert db.is_file(), "status on a new path creates the database, like every command"
+
+
+@pytest.mark.parametrize("command", ["status", "recover"])
+def test_a_command_that_only_reads_or_resumes_refuses_a_path_with_no_database(command, db, folder, cli, refused):
+    refused(cli(command, "--db", db), "lab.db", "does not exist")
+    assert list(folder.iterdir()) == [], "a mistyped path must not become an empty database"
 
 
 def test_status_without_json_is_a_table(lab, cli):
@@ -109,6 +117,7 @@ def test_recover_says_what_it_resumed(lab, cli):
 
 
 def test_recover_on_a_new_database_recovers_nothing(db, cli):
+    labkit.connect(db).close()
     outcome = cli("recover", "--db", db)
     assert (outcome.returncode, outcome.stdout) == (0, "recovered 0 runs\n")
 

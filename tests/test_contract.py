@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit.contract import MAX_RESPONSE_BYTES, check_evidence, evidence_digest
-from labkit.store import canonical_json
+from labkit.contract import MAX_RESPONSE_BYTES, check_evidence
+from labkit.jsontext import canonical_json
+from labkit.store import evidence_digest
 
 INC = "INC-1003"
 

@@ -22,9 +22,9 @@ from contextlib import closing
 import pytest
 
 import labkit
+from labkit.database import transaction
 from labkit.receipts import receipt_id_for
 from labkit.steps import Step
-from labkit.store import transaction
 
 KILLED = -signal.SIGKILL
 INC = "INC-1003"
@@ -35,6 +35,7 @@ STATE_AT_CRASH = {
     "after_read": ("not_inspected", 1),
     "before_evidence_commit": ("not_inspected", 1),
     "after_evidence_commit": ("evidence_recorded", 1),
+    "before_receipt_write": ("evidence_recorded", 1),
     "before_completion_commit": ("evidence_recorded", 1),
     "after_completion_commit": ("report_completed", 1),
 }
@@ -143,8 +144,9 @@ def test_crash_then_recover_keeps_every_invariant(point, lab, cli, status, query
 
 
 def test_every_point_crashed_in_one_database_then_one_recovery(lab, cli, status, query, snapshot):
-    """Six incidents, each killed at a different point, all resumed by a single recover."""
-    plan = dict(zip(["INC-1001", "INC-1002", "INC-1004", "INC-1005", "INC-1008", "INC-1012"], labkit.CRASH_POINTS))
+    """One incident killed at each point, all resumed by a single recover."""
+    incidents = ["INC-1001", "INC-1002", "INC-1004", "INC-1005", "INC-1008", "INC-1012", "INC-1014"]
+    plan = dict(zip(incidents, labkit.CRASH_POINTS, strict=True))
     for incident, point in plan.items():
         assert cli("run", "--db", lab.db, "--incident", incident, "--crash-at", point).returncode == KILLED
     recovered = cli("recover", "--db", lab.db)
@@ -225,7 +227,8 @@ def test_checker_reports_a_history_that_went_backwards(lab, conn):
     lab.coordinator(conn).drive(INC)
     with transaction(conn):
         conn.execute(
-            "INSERT INTO transitions (incident, from_step, to_step, state_version, at) VALUES (?, 'report_completed', 'not_inspected', 3, 't')",
+            "INSERT INTO transitions (incident, from_step, to_step, state_version, at)"
+            " VALUES (?, 'report_completed', 'not_inspected', 3, 't')",
             (INC,),
         )
     results = results_by_number(lab, {INC: 1})

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit.contract import evidence_digest
+from labkit.jsontext import canonical_json
 from labkit.provider import CallLog, list_incidents
 from labkit.receipts import find_receipt_txn, receipt_id_for
 from labkit.report import build_report
 from labkit.steps import Step
-from labkit.store import canonical_json, find_run_txn, load_evidence_txn
+from labkit.store import evidence_digest, find_run_txn, load_evidence_txn
 from labkit.store import snapshot as table_rows
 
 INC = "INC-1002"
@@ -247,8 +247,8 @@ def test_g3_the_primary_key_refuses_a_raw_second_receipt(lab, conn):
 
 
 def test_g3_a_receipt_for_other_evidence_is_a_conflict(lab, conn):
+    from labkit.database import transaction
     from labkit.receipts import issue_receipt_txn
-    from labkit.store import transaction
 
     coordinator = lab.coordinator(conn)
     coordinator.drive(INC)
@@ -280,7 +280,12 @@ def test_g3_a_race_of_run_processes_leaves_one_receipt(lab, cli, status, query):
 
 
 def test_g3_a_race_of_run_and_recover_on_a_fresh_database(lab, status, query):
-    """Even the first open (schema creation) is raced: still one read, one receipt."""
+    """Even the first open (schema creation) is raced: still one read, one receipt.
+
+    The file exists but is empty (an empty SQLite database), so `recover`, which refuses a
+    path where no database exists, races the schema creation too.
+    """
+    lab.db.touch()
     run = ("run", "--db", str(lab.db), "--incident", INC)
     recover = ("recover", "--db", str(lab.db))
     outcomes = labkit.race(run, recover, run, recover, run, run)
@@ -348,8 +353,10 @@ def test_recovery_of_committed_evidence_does_not_need_the_provider(lab, conn):
 def test_recovery_resumes_each_run_from_its_recorded_step(lab, conn):
     coordinator = lab.coordinator(conn)
     coordinator.start("INC-1001")                              # not_inspected
-    coordinator.start("INC-1002"); coordinator.inspect("INC-1002")   # evidence_recorded
-    coordinator.start("INC-1003"); coordinator.drive("INC-1003")     # report_completed
+    coordinator.start("INC-1002")
+    coordinator.inspect("INC-1002")                            # evidence_recorded
+    coordinator.start("INC-1003")
+    coordinator.drive("INC-1003")                              # report_completed
     results = labkit.recover(lab.db, lab.provider(), clock=lab.clock)
     assert [(r.incident, r.from_step, r.read_provider) for r in results] == [
         ("INC-1001", Step.NOT_INSPECTED, True),
@@ -361,7 +368,8 @@ def test_recovery_resumes_each_run_from_its_recorded_step(lab, conn):
 def test_recovery_twice_changes_nothing(lab, conn, snapshot):
     coordinator = lab.coordinator(conn)
     coordinator.start("INC-1001")
-    coordinator.start("INC-1002"); coordinator.inspect("INC-1002")
+    coordinator.start("INC-1002")
+    coordinator.inspect("INC-1002")
     conn.close()
     assert len(labkit.recover(lab.db, lab.provider(), clock=lab.clock)) == 2
     before = snapshot(lab.db)
@@ -376,7 +384,7 @@ def test_recovery_refuses_another_workflow_version_before_touching_anything(lab,
     before = snapshot(lab.db)
     with pytest.raises(labkit.WorkflowVersionMismatch) as caught:
         labkit.recover(lab.db, lab.provider(), clock=lab.clock)
-    assert (caught.value.run, caught.value.found, caught.value.expected) == ("INC-1002", 2, 1)
+    assert (caught.value.incident, caught.value.found, caught.value.expected) == ("INC-1002", 2, 1)
     assert snapshot(lab.db) == before
 
 

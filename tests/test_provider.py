@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 
@@ -87,7 +86,7 @@ def test_complete_before_inspect_is_a_step_order_error(lab, conn):
     before = labkit.store.snapshot(conn)
     with pytest.raises(labkit.StepOrderError) as caught:
         coordinator.complete(INC)
-    assert (caught.value.run, caught.value.step, caught.value.wanted) == (INC, "not_inspected", "complete")
+    assert (caught.value.incident, caught.value.step, caught.value.wanted) == (INC, "not_inspected", "complete")
     assert labkit.store.snapshot(conn) == before
 
 

@@ -9,8 +9,9 @@ from contextlib import closing
 import pytest
 
 import labkit
+from labkit.database import BUSY_TIMEOUT_MS, transaction
 from labkit.steps import Step
-from labkit.store import BUSY_TIMEOUT_MS, advance_txn, find_run_txn, load_run_txn, transaction
+from labkit.store import advance_txn, find_run_txn
 
 INC = "INC-1004"
 
@@ -44,7 +45,7 @@ def test_new_database_has_the_lab_tables(conn):
     tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert {"runs", "evidence", "receipts", "transitions"} <= tables
     triggers = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'trigger'")}
-    assert "runs_step_moves_forward" in triggers
+    assert "runs_step_moves_one_forward" in triggers
 
 
 # --------------------------------------------------------------------------- schema version
@@ -66,6 +67,7 @@ def test_newer_schema_in_a_rollback_journal_file_is_left_alone(lab):
     """A file written by someone else's SQLite (not in WAL mode) must not be converted either."""
     with closing(sqlite3.connect(lab.db)) as conn:
         conn.execute("CREATE TABLE future (x)")
+        conn.execute(f"PRAGMA application_id = {labkit.store.APPLICATION_ID}")  # a newer labkit's file
         conn.execute("PRAGMA user_version = 99")
         conn.commit()
     before = _digest(lab.db)
@@ -105,7 +107,7 @@ def test_transaction_rolls_back_on_any_base_exception(lab, conn):
     before = labkit.store.snapshot(conn)
     with pytest.raises(KeyboardInterrupt):
         with transaction(conn):
-            conn.execute("UPDATE runs SET step = 'evidence_recorded' WHERE incident = ?", (INC,))
+            conn.execute("UPDATE runs SET step = 'evidence_recorded', version = version + 1 WHERE incident = ?", (INC,))
             raise KeyboardInterrupt
     assert not conn.in_transaction
     assert labkit.store.snapshot(conn) == before
@@ -119,13 +121,13 @@ def test_compare_and_set_refuses_a_stale_transition(lab, conn):
     # another worker, on its own connection, moves the run first
     with closing(lab.connect()) as other:
         with transaction(other):
-            advance_txn(other, load_run_txn(other, INC, labkit.WORKFLOW_VERSION), Step.EVIDENCE_RECORDED, lab.clock)
+            advance_txn(other, find_run_txn(other, INC), Step.EVIDENCE_RECORDED, lab.clock)
     before = labkit.store.snapshot(conn)
     with pytest.raises(labkit.StaleTransition) as caught:
         with transaction(conn):
             advance_txn(conn, stale, Step.EVIDENCE_RECORDED, lab.clock)
-    assert (caught.value.run, caught.value.expected_step, caught.value.expected_version) == (INC, "not_inspected", 0)
-    assert INC in str(caught.value) and "0" in str(caught.value)
+    assert (caught.value.incident, caught.value.expected_step, caught.value.expected_version) == (INC, "not_inspected", 0)
+    assert f"run '{INC}' is no longer at step 'not_inspected' version 0" in str(caught.value)
     assert labkit.store.snapshot(conn) == before  # no second transition row, no version bump
     run = find_run_txn(conn, INC)
     assert (run.step, run.version) == (Step.EVIDENCE_RECORDED, 1)
@@ -149,11 +151,11 @@ def test_trigger_refuses_a_backwards_step(lab, conn):
     coordinator.start(INC)
     coordinator.inspect(INC)
     before = labkit.store.snapshot(conn)
-    with pytest.raises(sqlite3.IntegrityError, match="backwards"):
-        conn.execute("UPDATE runs SET step = 'not_inspected' WHERE incident = ?", (INC,))
+    with pytest.raises(sqlite3.IntegrityError, match="one step forward"):
+        conn.execute("UPDATE runs SET step = 'not_inspected', version = version + 1 WHERE incident = ?", (INC,))
     coordinator.complete(INC)
-    with pytest.raises(sqlite3.IntegrityError, match="backwards"):
-        conn.execute("UPDATE runs SET step = 'evidence_recorded' WHERE incident = ?", (INC,))
+    with pytest.raises(sqlite3.IntegrityError, match="one step forward"):
+        conn.execute("UPDATE runs SET step = 'evidence_recorded', version = version + 1 WHERE incident = ?", (INC,))
     assert find_run_txn(conn, INC).step is Step.REPORT_COMPLETED
     assert before["evidence"] == labkit.store.snapshot(conn)["evidence"]
 
@@ -178,6 +180,6 @@ def test_evidence_and_receipts_must_belong_to_a_run(conn):
 
 
 def test_canonical_json_is_one_spelling_per_value():
-    from labkit.store import canonical_json
+    from labkit.jsontext import canonical_json
 
     assert canonical_json({"b": 1, "a": [1, 2]}) == canonical_json({"a": [1, 2], "b": 1}) == '{"a":[1,2],"b":1}'

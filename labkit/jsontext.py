@@ -1,0 +1,96 @@
+"""JSON as labkit reads and writes it: one spelling out, strict parsing in.
+
+Python's ``json`` module is lenient in ways that matter for durable rows. It accepts
+``NaN`` and ``Infinity`` (tokens that are not JSON, and that other readers refuse), keeps
+the last of two duplicated keys without a word, and lets a deeply nested document raise
+``RecursionError`` instead of a parsing error. Evidence, receipts and the provider's log
+are read back by other processes, so they are parsed with :func:`strict_loads`, which
+turns each of those into a :class:`JsonProblem` with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+#: Deeper than this is not a queue diagnostic; it is an attack on the parser (07_evidence_contract).
+MAX_DEPTH = 32
+
+
+class JsonProblem(ValueError):
+    """The text is not strict JSON, or not JSON labkit will hold; ``reason`` fits on one line."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+def canonical_json(value: object) -> str:
+    """One spelling per value (sorted keys, no spaces), so equal evidence has equal digests.
+
+    ``allow_nan=False``: a float that JSON cannot spell is refused here rather than
+    written as a token that no strict reader accepts.
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise JsonProblem(f"{name} is not a JSON number")
+
+
+def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise JsonProblem(f"the key {key[:40]!r} appears twice in one object")
+        seen[key] = value
+    return seen
+
+
+def strict_loads(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
+    """Parse strict JSON: UTF-8, no NaN or Infinity, no duplicated keys, nesting bounded.
+
+    Raises :class:`JsonProblem` for anything else, never ``RecursionError`` or
+    ``UnicodeDecodeError``.
+    """
+    if isinstance(data, bytes):
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise JsonProblem("not UTF-8 text") from None
+    else:
+        text = data
+    if text.startswith("\ufeff"):
+        raise JsonProblem("starts with a byte-order mark, which JSON does not allow")
+    # Bound the nesting before parsing: the C parser recurses once per level.
+    _check_depth(text, max_depth)
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicates)
+    except json.JSONDecodeError as error:
+        raise JsonProblem(f"not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+    except RecursionError:  # pragma: no cover - _check_depth bounds the depth first
+        raise JsonProblem(f"nested deeper than {max_depth} levels") from None
+
+
+def _check_depth(text: str, max_depth: int) -> None:
+    """Refuse text whose brackets nest deeper than ``max_depth``, skipping string contents."""
+    if text.count("[") + text.count("{") <= max_depth:
+        return  # cannot nest deeper than the number of openers: skip the scan
+    depth = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > max_depth:
+                raise JsonProblem(f"nested deeper than {max_depth} levels")
+        elif char in "]}":
+            depth -= 1
