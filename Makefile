@@ -1,7 +1,9 @@
 # The lab's commands. Each creates .venv from requirements.txt when it is missing or stale.
-#   make lab        open JupyterLab on notebooks/
+#   make lab        open JupyterLab on my-lab/, your own copy of the lessons (made on first use)
+#   make reset      bring my-lab/ back to the committed lessons (LESSON=04 for one) and remove lesson scratch
 #   make test       unit tests, crash suite and strict nbval over every notebook
 #   make notebooks  re-execute every notebook in place (commit the result)
+#   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races
 
 PYTHON ?= python3
 VENV   := .venv
@@ -10,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root.
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab test unit nbval notebooks bench clean
+.PHONY: lab reset test unit nbval notebooks bench soak clean
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,7 +20,11 @@ $(STAMP): requirements.txt pyproject.toml
 	@touch $(STAMP)
 
 lab: $(STAMP)
-	$(BIN)/jupyter lab --notebook-dir=notebooks $(LAB_ARGS)
+	@$(BIN)/python -c "from labkit.workspace import make_learner_copy as m; [print('copied', p.name, 'to my-lab/') for p in m()]"
+	$(BIN)/jupyter lab --notebook-dir=my-lab $(LAB_ARGS)
+
+reset: $(STAMP)
+	$(BIN)/python -m labkit reset $(if $(LESSON),--lesson $(LESSON))
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
@@ -31,6 +37,9 @@ nbval: $(STAMP)
 
 notebooks: $(STAMP)
 	$(BIN)/python scripts/run_notebooks.py
+
+soak: $(STAMP)
+	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_faults.py -q -k "fault1 or fault11"
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py

@@ -30,6 +30,7 @@ from .errors import (
     BadClock,
     BadDatabasePath,
     BadInput,
+    BadSetting,
     CorruptCallLog,
     DatabaseDamaged,
     DatabaseFolderMissing,
@@ -58,7 +59,7 @@ from .errors import (
     WorkflowVersionMismatch,
 )
 from .invariants import check_invariants
-from .processes import labkit_cli, race, run_in_child
+from .processes import PausedRun, labkit_cli, race, run_in_child
 from .provider import CallLog, ReadAdapter, ReferenceProvider, call_log_for, diagnose, list_incidents
 from .receipts import Receipt
 from .recovery import Resumed, recover
@@ -73,10 +74,11 @@ __version__ = "0.1.0"
 def __getattr__(name: str):
     # `labkit.display` needs pandas, which takes a while to import; load it on first use so
     # `python -m labkit` child processes start fast, while `labkit.display.runs_frame` still works.
-    if name == "display":
+    # The lesson helpers load the same way.
+    if name in ("display", "lesson", "exercises"):
         import importlib
 
-        return importlib.import_module(".display", __name__)
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")
 
 __all__ = [
@@ -87,9 +89,9 @@ __all__ = [
     "call_log_for", "check_evidence", "check_invariants", "connect", "connect_readonly", "diagnose", "list_incidents",
     "read_transaction", "recover", "status_of", "transaction", "write_lock",
     # for lessons
-    "Workspace", "labkit_cli", "race", "run_in_child",
+    "PausedRun", "Workspace", "labkit_cli", "race", "run_in_child",
     # errors: two families under LabError, and the one programming error
-    "LabError", "BadInput", "RunFailure", "NotInTransaction",
+    "LabError", "BadInput", "RunFailure", "NotInTransaction", "BadSetting",
     "BadClock", "BadDatabasePath", "CorruptCallLog", "DataFolderMissing", "DatabaseDamaged", "DatabaseFolderMissing",
     "DatabaseMissing", "EvidenceRejected", "InconsistentRun", "NotADatabase", "NotALabDatabase", "NotARegularFile",
     "ReceiptConflict", "RuleViolation", "SchemaVersionMismatch", "StepOrderError", "UnknownBug", "UnknownCrashPoint",

@@ -5,6 +5,7 @@
     python -m labkit recover --db PATH [--bug NAME]
     python -m labkit status --db PATH [--json]
     python -m labkit crash-points
+    python -m labkit reset [--lesson NN]
 
 Exit codes: 0 done; 2 bad input (one line on stderr naming the problem; nothing changed);
 1 a failure at run time, such as the provider being down or the disk full (one line on
@@ -23,13 +24,14 @@ from pathlib import Path
 
 from .clock import clock_from_env
 from .crashpoints import CRASH_POINTS, CrashPlan, check_point
-from .database import check_path, read_transaction, translate
+from .database import busy_timeout_ms, check_path, read_transaction, translate
 from .errors import EXIT_BAD_INPUT, LabError, UnknownIncident
 from .naive import BUGS, coordinator_class
-from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents
+from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .recovery import Resumed, recover
 from .status import status_of
 from .store import connect, latest_time_txn
+from .workspace import reset
 
 
 class _Parser(argparse.ArgumentParser):
@@ -70,6 +72,11 @@ def _parser() -> argparse.ArgumentParser:
     status.add_argument("--db", required=True, type=Path, action=_Once, help="an existing checkpoint database (read only)")
     status.add_argument("--json", action="store_true", help="print one JSON object")
     commands.add_parser("crash-points", help="crash point names, one a line, in run order", allow_abbrev=False)
+    reset = commands.add_parser(
+        "reset", allow_abbrev=False,
+        help="bring my-lab/ back to the committed lessons (one, or all) and remove what the lessons left in scratch",
+    )
+    reset.add_argument("--lesson", metavar="NN", action=_Once, help="only this lesson, e.g. 04")
     return parser
 
 
@@ -83,7 +90,10 @@ def _add_bug_option(command: argparse.ArgumentParser) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        clock_from_env()  # a malformed LABKIT_CLOCK is bad input: refuse it before any file is touched
+        # Malformed settings are bad input: refuse them before any file is touched.
+        clock_from_env()
+        busy_timeout_ms()
+        provider_delay()
         return COMMANDS[args.command](args)
     except sqlite3.Error as error:  # raised mid-command: classified by SQLite's result code
         return _report(translate(error, getattr(args, "db", "")))
@@ -181,4 +191,18 @@ def _crash_points(args) -> int:
     return 0
 
 
-COMMANDS = {"incidents": _incidents, "run": _run, "recover": _recover, "status": _status, "crash-points": _crash_points}
+def _reset(args) -> int:
+    report = reset(args.lesson)
+    for name in report.restored:
+        print(f"restored my-lab/{name}")
+    for backup in report.backed_up:
+        print(f"kept your previous copy as {backup}")
+    print(f"removed {len(report.scratch_removed)} scratch folder(s) that lessons left behind")
+    if report.scratch_in_use:
+        print(f"left {len(report.scratch_in_use)} in use by a running kernel; close it and reset again to remove them")
+    return 0
+
+
+COMMANDS = {
+    "incidents": _incidents, "run": _run, "recover": _recover, "status": _status, "crash-points": _crash_points, "reset": _reset,
+}

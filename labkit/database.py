@@ -25,6 +25,7 @@ from pathlib import Path
 
 from .errors import (
     BadDatabasePath,
+    BadSetting,
     DatabaseDamaged,
     DatabaseFolderMissing,
     DatabaseMissing,
@@ -41,6 +42,24 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 #: How long a writer waits for another process's write lock before giving up, in ms.
 #: Long enough for the lab's concurrent-completion race; short enough to notice a hang.
 BUSY_TIMEOUT_MS = 10_000
+
+#: Environment variable that shortens (or lengthens) that wait, so a lesson can show a
+#: writer giving up without waiting ten seconds (02_three_states, 10_leases_and_fencing).
+BUSY_TIMEOUT_ENV = "LABKIT_BUSY_TIMEOUT_MS"
+
+
+def busy_timeout_ms() -> int:
+    """The busy timeout in ms: :data:`BUSY_TIMEOUT_MS`, or ``LABKIT_BUSY_TIMEOUT_MS`` when set."""
+    text = os.environ.get(BUSY_TIMEOUT_ENV)
+    if not text:
+        return BUSY_TIMEOUT_MS
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 1 <= value <= 600_000:
+        raise BadSetting(BUSY_TIMEOUT_ENV, text, "a whole number of milliseconds from 1 to 600000")
+    return value
 
 #: Files SQLite (and labkit's provider log) keep beside a database; the longest decides
 #: whether a file name is too long to use.
@@ -149,7 +168,7 @@ def open_database(path: Path, *, readonly: bool = False) -> LabConnection:
     conn = _open_for_reading(path) if readonly else _connect(str(path), uri=False)
     conn.path = path
     try:
-        conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms()}")
         conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.Error as error:
         conn.close()
@@ -159,7 +178,7 @@ def open_database(path: Path, *, readonly: bool = False) -> LabConnection:
 
 def _connect(target: str, *, uri: bool) -> LabConnection:
     try:
-        conn = sqlite3.connect(target, uri=uri, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000, factory=LabConnection)
+        conn = sqlite3.connect(target, uri=uri, isolation_level=None, timeout=busy_timeout_ms() / 1000, factory=LabConnection)
     except sqlite3.Error as error:
         raise translate(error, Path(target)) from None
     conn.row_factory = sqlite3.Row
@@ -271,7 +290,7 @@ def set_wal(conn: sqlite3.Connection) -> None:
     answers "database is locked" at once instead of calling the busy handler; so wait
     here, up to the same busy timeout.
     """
-    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    deadline = time.monotonic() + busy_timeout_ms() / 1000
     delay = 0.002
     while True:
         try:
@@ -310,7 +329,8 @@ def translate(error: sqlite3.Error, path: str | Path) -> LabError:
     if primary == SQLITE_FULL or (primary == SQLITE_IOERR and _disk_is_full(Path(where))):
         return DatabaseUnavailable(where, f"the disk is full ({error})")
     if primary in (SQLITE_BUSY, SQLITE_LOCKED):
-        return DatabaseUnavailable(where, f"another process held the write lock for over {BUSY_TIMEOUT_MS // 1000} s ({error})")
+        waited = busy_timeout_ms() / 1000
+        return DatabaseUnavailable(where, f"another process held the write lock for over {waited:g} s ({error})")
     if primary in (SQLITE_READONLY, SQLITE_CANTOPEN) and (why := _why_not_writable(Path(where))):
         return DatabaseUnavailable(where, f"{why} ({error})")
     if primary == SQLITE_READONLY:

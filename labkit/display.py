@@ -75,6 +75,13 @@ def provider_calls_frame(db_or_log: str | Path) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["call", "incident", "outcome", "response_bytes"])
 
 
+def restart_frame(db: str | Path, incidents: list[str]) -> pd.DataFrame:
+    """The three restart questions for each incident, answered from its rows (labkit.lesson)."""
+    from .lesson import restart_answers
+
+    return pd.DataFrame([restart_answers(db, incident).as_row() for incident in incidents]).set_index("incident")
+
+
 def status_frame(db: str | Path) -> pd.DataFrame:
     """What ``python -m labkit status --json`` reports, as a table."""
     runs = status_of(db)["runs"]

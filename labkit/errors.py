@@ -234,6 +234,14 @@ class CorruptCallLog(BadInput):
         super().__init__(f"provider call log {shown(path, 200)} is damaged at line {line} ({problem}); reads cannot be counted")
 
 
+class BadSetting(BadInput):
+    """An environment variable that labkit reads holds a value it cannot use."""
+
+    def __init__(self, name: str, value: str, expected: str):
+        self.name, self.value, self.expected = name, value, expected
+        super().__init__(f"{name}={shown(value)} is not {expected}")
+
+
 class BadClock(BadInput):
     def __init__(self, value: str, reason: str = "is not an instant like 2026-03-02T09:00:00Z"):
         self.value, self.reason = value, reason

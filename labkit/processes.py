@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import queue
+import re
 import signal
 import subprocess
 import sys
@@ -21,6 +22,8 @@ from pathlib import Path
 from .clock import CLOCK_ENV
 from .database import write_lock
 from .store import connect
+
+_FOLDERS = re.compile(r"(?<=['\"\s])/(?:[^/'\"\s]+/)+")
 
 #: The instant every child's clock starts from, unless the caller's environment sets one.
 LESSON_INSTANT = "2026-03-02T09:00:00Z"
@@ -44,6 +47,15 @@ class ChildOutcome:
     @property
     def status(self) -> str:
         return f"killed by {self.killed_by}" if self.killed_by else f"exit {self.returncode}"
+
+    @property
+    def message(self) -> str:
+        """The first line the child printed on stderr, with folders cut from any path in it.
+
+        Lessons print it; a temporary folder in a stored output would differ on every run.
+        """
+        first = self.stderr.strip().splitlines()[0] if self.stderr.strip() else ""
+        return _FOLDERS.sub("", first)
 
     def __str__(self) -> str:
         return f"$ {self.command}\n{self.status}"
@@ -107,24 +119,35 @@ def race(
     argvs = [tuple(map(str, args)) for args in commands]
     if pause_at is not None:
         argvs = [args + ("--pause-at", pause_at) if args[:1] == ("run",) else args for args in argvs]
+    return race_commands([(_shown(args), _argv(args)) for args in argvs], gate=gate, env=env, timeout=timeout)
+
+
+def race_commands(
+    commands: list[tuple[str, list[str]]],
+    *,
+    gate: str | Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> list[ChildOutcome]:
+    """:func:`race` for any commands, each given as (how to show it, argv): the same gate, the
+    same release rule for children that print ``paused at ...``."""
     events: queue.Queue[tuple[int, str | None]] = queue.Queue()
     children: list[subprocess.Popen] = []
-    errors: list[list[str]] = [[] for _ in argvs]
+    errors: list[list[str]] = [[] for _ in commands]
+    lines: list[list[str]] = [[] for _ in commands]
     holder = connect(gate) if gate is not None else None
     try:
         lock = write_lock(holder) if holder is not None else nullcontext()
         with lock:
-            for index, args in enumerate(argvs):
+            for index, (_, argv) in enumerate(commands):
                 child = subprocess.Popen(
-                    _argv(args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    text=True, env=child_env(env),
+                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(env)
                 )
                 children.append(child)
                 threading.Thread(target=_pump, args=(child.stdout, index, events), daemon=True).start()
                 threading.Thread(target=_collect, args=(child.stderr, errors[index]), daemon=True).start()
             # A child that needs the lock before its first line (a new run) gives up after the
             # busy timeout and exits, so this wait cannot last forever.
-            lines: list[list[str]] = [[] for _ in children]
             backlog = _wait_for_first_lines(events, lines, timeout) if holder is not None else []
         _follow(children, events, backlog, lines, timeout)
     finally:
@@ -134,9 +157,9 @@ def race(
             if child.poll() is None:
                 child.kill()
     outcomes = []
-    for args, child, printed, stderr in zip(argvs, children, lines, errors, strict=True):
+    for (shown, _), child, printed, stderr in zip(commands, children, lines, errors, strict=True):
         child.wait(timeout=timeout)
-        outcomes.append(ChildOutcome(_shown(args), child.returncode, "".join(printed), "".join(stderr)))
+        outcomes.append(ChildOutcome(shown, child.returncode, "".join(printed), "".join(stderr)))
     return outcomes
 
 
@@ -200,3 +223,37 @@ def _release(child: subprocess.Popen) -> None:
     assert child.stdin is not None
     child.stdin.write("\n")
     child.stdin.flush()
+
+
+class PausedRun:
+    """A ``run`` child held at a crash point, for a lesson to act while it waits there.
+
+    ``with PausedRun(db, incident, "before_read") as held:`` starts the child and returns
+    once it has printed ``paused at before_read (...)``: it is inside the read, holding
+    the write lock, as a worker waiting on a slow provider would be. Leaving the block
+    lets it go on and waits for it to finish; its outcome is then ``held.outcome``.
+    """
+
+    def __init__(self, db: str | Path, incident: str, point: str, env: dict[str, str] | None = None, timeout: float = 120):
+        self.args: tuple[str | Path, ...] = ("run", "--db", str(db), "--incident", incident, "--pause-at", point)
+        self.env, self.timeout = env, timeout
+        self.paused_line = ""
+        self.outcome: ChildOutcome | None = None
+
+    def __enter__(self) -> PausedRun:
+        self.child = subprocess.Popen(
+            _argv(self.args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(self.env)
+        )
+        assert self.child.stdout is not None
+        self.printed = []
+        for line in self.child.stdout:
+            self.printed.append(line)
+            if line.startswith("paused at "):
+                self.paused_line = line.strip()
+                return self
+        self.child.wait(timeout=self.timeout)
+        raise RuntimeError(f"the child ended before it paused: {self.child.stderr.read() if self.child.stderr else ''}")
+
+    def __exit__(self, *exc: object) -> None:
+        stdout, stderr = self.child.communicate(input="\n", timeout=self.timeout)
+        self.outcome = ChildOutcome(_shown(self.args), self.child.returncode, "".join(self.printed) + stdout, stderr)

@@ -17,17 +17,30 @@ import errno
 import fcntl
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from .contract import CONTRACT
 from .database import open_regular_file
-from .errors import BadDatabasePath, CorruptCallLog, DataFolderMissing, NotADatabase, NotARegularFile, ProviderUnavailable, UnknownIncident
+from .errors import (
+    BadDatabasePath,
+    BadSetting,
+    CorruptCallLog,
+    DataFolderMissing,
+    NotADatabase,
+    NotARegularFile,
+    ProviderUnavailable,
+    UnknownIncident,
+)
 from .jsontext import JsonProblem, strict_loads
 
 #: Overrides where the reference provider finds its incidents (tests point it at bad data).
 DATA_ENV = "LABKIT_DATA_DIR"
+#: Makes the reference provider slow, in seconds per read: a remote service under load
+#: (02_three_states shows what a slow read costs while the write lock is held).
+DELAY_ENV = "LABKIT_PROVIDER_DELAY"
 DEFAULT_DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 
 
@@ -39,6 +52,20 @@ class ReadAdapter(Protocol):
     def read(self, incident: str) -> bytes:
         """The raw response for ``incident``. May raise ProviderUnavailable."""
         ...
+
+
+def provider_delay() -> float:
+    """Seconds the reference provider takes per read: 0, or ``LABKIT_PROVIDER_DELAY`` when set."""
+    text = os.environ.get(DELAY_ENV)
+    if not text:
+        return 0.0
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 60:  # also refuses NaN
+        raise BadSetting(DELAY_ENV, text, "a number of seconds from 0 to 60")
+    return value
 
 
 def data_dir() -> Path:
@@ -194,9 +221,10 @@ class ReferenceProvider:
     evidence contract's job.
     """
 
-    def __init__(self, call_log: str | Path, data: str | Path | None = None):
+    def __init__(self, call_log: str | Path, data: str | Path | None = None, delay: float | None = None):
         self.data = Path(data) if data is not None else data_dir()
         self.log = CallLog(call_log)
+        self.delay = provider_delay() if delay is None else delay
 
     def incidents(self) -> list[str]:
         return list_incidents(self.data)
@@ -214,6 +242,7 @@ class ReferenceProvider:
             self.log.append(incident, "unavailable", 0)
             raise ProviderUnavailable(incident, error.strerror or str(error)) from None
         response = _answer(raw)
+        time.sleep(self.delay)  # a slow service: the answer is on its way, not yet returned
         self.log.append(incident, "ok", len(response))
         return response
 

@@ -1,9 +1,17 @@
-"""Every lesson runs again from the top in the same kernel, as a learner's second Run All does.
+"""Lessons survive what learners do to them: running again, running twice, skipping a cell.
 
-nbval checks the first run against the stored outputs; this checks the second. A lesson that
-left a file behind, reused a name it had already created, or depended on a fresh kernel would
-fail here: every code cell must succeed twice, and a cell tagged ``raises-exception`` must
-raise the same error both times.
+nbval checks one clean top-to-bottom run against the stored outputs; these check the
+others, each in a fresh kernel:
+
+- a second Run All in the same kernel: every cell succeeds (or raises its tagged error);
+- every cell run twice in a row: the second run works too;
+- every cell run with the code cell before it skipped (two passes: one skips the even
+  cells, one the odd, the setup cell always runs): it works, or it says in one line which
+  cell to run (a ``⚠`` line from labkit.lesson), or, in an exercise check, it gives the
+  exercise's feedback. Never a traceback.
+
+Skipping the setup cell itself is the one case left out: before it runs, nothing of
+labkit is loaded, so nothing can explain the NameError of the cell after it.
 """
 
 from __future__ import annotations
@@ -17,28 +25,84 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9]*.ipynb"))
 
 
-def _errors(cell) -> list[tuple[str, str]]:
-    return [(o["ename"], o["evalue"]) for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+def _errors(cell) -> list[tuple[str, str, list[str]]]:
+    return [(o["ename"], o["evalue"], o.get("traceback", [])) for o in cell.get("outputs", []) if o.get("output_type") == "error"]
+
+
+def _code_cells(notebook) -> list[tuple[int, nbformat.NotebookNode]]:
+    return [(index, cell) for index, cell in enumerate(notebook.cells) if cell.cell_type == "code" and cell.source.strip()]
+
+
+def _client(notebook, path: Path) -> NotebookClient:
+    return NotebookClient(
+        notebook, timeout=300, kernel_name="python3", record_timing=False, allow_errors=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+
+
+def _acceptable(cell, errors) -> str | None:
+    """None if the cell's errors are what a learner may see; otherwise why not."""
+    for ename, evalue, traceback in errors:
+        friendly = len(traceback) == 1 and traceback[0].startswith("⚠")
+        feedback = "raises-exception" in cell.metadata.get("tags", []) and ename == "AssertionError"
+        if not (friendly or feedback):
+            return f"{ename}: {evalue[:120]} (a traceback of {len(traceback)} lines)"
+    return None
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_a_second_run_all_in_the_same_kernel_succeeds(path: Path):
     notebook = nbformat.read(path, as_version=4)
-    cells = [(index, cell) for index, cell in enumerate(notebook.cells) if cell.cell_type == "code" and cell.source.strip()]
-    client = NotebookClient(
-        notebook, timeout=300, kernel_name="python3", record_timing=False, resources={"metadata": {"path": str(path.parent)}}
-    )
+    cells = _code_cells(notebook)
+    client = _client(notebook, path)
     passes = []
     with client.setup_kernel():
         for _ in range(2):
             errors = {}
             for index, cell in cells:
                 cell.outputs = []
-                client.execute_cell(cell, index)  # raises CellExecutionError unless the cell is tagged
-                errors[index] = _errors(cell)
+                client.execute_cell(cell, index)
+                errors[index] = [(e, v) for e, v, _ in _errors(cell)]
             passes.append(errors)
     first, second = passes
     for index, cell in cells:
         tagged = "raises-exception" in cell.metadata.get("tags", [])
         assert bool(second[index]) == tagged, f"cell {index + 1}: raised {second[index]} on the second run"
         assert second[index] == first[index], f"cell {index + 1}: a different error on the second run"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_cell_can_run_twice_in_a_row(path: Path):
+    notebook = nbformat.read(path, as_version=4)
+    client = _client(notebook, path)
+    problems = []
+    with client.setup_kernel():
+        for index, cell in _code_cells(notebook):
+            for attempt in (1, 2):
+                cell.outputs = []
+                client.execute_cell(cell, index)
+                tagged = "raises-exception" in cell.metadata.get("tags", [])
+                errors = _errors(cell)
+                if errors and not tagged:
+                    problems.append(f"cell {index + 1}, run {attempt}: {errors[0][0]}: {errors[0][1][:120]}")
+    assert problems == []
+
+
+@pytest.mark.parametrize("skipped", ["even", "odd"])
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_a_cell_whose_predecessor_was_skipped_works_or_says_what_to_run(path: Path, skipped: str):
+    notebook = nbformat.read(path, as_version=4)
+    cells = _code_cells(notebook)
+    setup = cells[0][0]
+    client = _client(notebook, path)
+    problems = []
+    with client.setup_kernel():
+        for position, (index, cell) in enumerate(cells):
+            if index != setup and position % 2 == (0 if skipped == "even" else 1):
+                continue
+            cell.outputs = []
+            client.execute_cell(cell, index)
+            why = _acceptable(cell, _errors(cell))
+            if why:
+                problems.append(f"cell {index + 1}: {why}")
+    assert problems == [], "\n".join(problems)

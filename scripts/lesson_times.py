@@ -1,0 +1,159 @@
+"""Measure how long each lesson takes to read and to do, and write it into the lesson's header.
+
+    python scripts/lesson_times.py            # print the table
+    python scripts/lesson_times.py --write    # also update each notebook's "Reading ... min" line
+
+What is counted, per lesson and per section (a ``## `` heading; "(optional)" in the heading
+marks it optional, every other section is core):
+
+- prose: the words of every Markdown cell, without code blocks, diagrams or folded solutions;
+- code: the non-blank lines of every code cell except the learner's answer cells;
+- an exercise (``### Exercise`` heading): the words of its prompt and the lines of its solution.
+
+Minutes follow from those counts at fixed rates, chosen for a careful first reading of
+technical material and written down here so that anyone can check or change them:
+
+- prose at 130 words a minute (between Carver's "learning" and "memorising" reading rates,
+  138 to 200 words a minute, slowed a little for diagrams and tables);
+- code at 8 lines a minute (read, run, and look at the output);
+- an exercise: its prompt at the prose rate, 1.5 minutes per line of its solution (write,
+  run, read the feedback, fix), and 3 minutes to understand the task and run the check.
+
+The cells themselves run in seconds (``make notebooks`` prints each lesson's time), so
+execution is not counted. These are figures measured from the text, not timings of
+learners: the lab had none to time; the README says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROSE_WPM = 130
+CODE_LINES_PER_MINUTE = 8
+MINUTES_PER_SOLUTION_LINE = 1.5
+MINUTES_PER_EXERCISE = 3
+HEADER = re.compile(r"^Reading \d+ min.*?· Exercises [^·]*·", re.MULTILINE)
+FENCE = re.compile(r"```.*?```", re.DOTALL)
+DETAILS = re.compile(r"<details>.*?</details>", re.DOTALL)
+WORD = re.compile(r"[A-Za-z0-9][\w'’-]*")
+
+
+@dataclass
+class Section:
+    title: str
+    optional: bool
+    words: int = 0
+    code_lines: int = 0
+    exercises: list[tuple[str, bool, int, int]] = field(default_factory=list)  # (number, optional, words, solution lines)
+
+    @property
+    def reading(self) -> float:
+        return self.words / PROSE_WPM + self.code_lines / CODE_LINES_PER_MINUTE
+
+    def exercise_minutes(self, core_only: bool) -> float:
+        return sum(
+            words / PROSE_WPM + lines * MINUTES_PER_SOLUTION_LINE + MINUTES_PER_EXERCISE
+            for _, optional, words, lines in self.exercises
+            if not (core_only and (optional or self.optional))
+        )
+
+
+def _text(source) -> str:
+    return "".join(source) if isinstance(source, list) else source
+
+
+def _words(markdown: str) -> int:
+    return len(WORD.findall(FENCE.sub(" ", DETAILS.sub(" ", markdown))))
+
+
+def sections(path: Path) -> list[Section]:
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    found = [Section("(introduction)", False)]
+    exercise: tuple[str, bool] | None = None
+    exercise_words = 0
+    for cell in notebook["cells"]:
+        source = _text(cell["source"])
+        current = found[-1]
+        if cell["cell_type"] == "markdown":
+            heading = source.lstrip().splitlines()[0] if source.strip() else ""
+            if heading.startswith("## "):
+                found.append(Section(heading[3:].strip(), "(optional)" in heading.lower()))
+                exercise = None
+                current = found[-1]
+            if heading.startswith("### Exercise"):
+                number = heading.split()[2].rstrip(":")
+                exercise, exercise_words = (number, "(optional)" in heading.lower()), _words(source)
+                continue
+            current.words += _words(source)
+        elif cell["cell_type"] == "code":
+            metadata = cell.get("metadata", {})
+            if "exercise" in metadata and exercise is not None:
+                lines = len([line for line in metadata.get("solution", "").splitlines() if line.strip() and not line.strip().startswith("#")])
+                current.exercises.append((exercise[0], exercise[1], exercise_words, lines))
+                exercise = None
+                continue
+            current.code_lines += len([line for line in source.splitlines() if line.strip()])
+    return found
+
+
+def minutes(value: float) -> int:
+    """Round up to whole minutes, and to 5 above 10: a header should not pretend to more precision."""
+    whole = math.ceil(value)
+    return whole if whole <= 10 else 5 * math.ceil(whole / 5)
+
+
+def lesson_times(path: Path) -> dict[str, int]:
+    found = sections(path)
+    return {
+        "reading": minutes(sum(s.reading for s in found)),
+        "reading_core": minutes(sum(s.reading for s in found if not s.optional)),
+        "exercises": minutes(sum(s.exercise_minutes(core_only=False) for s in found)),
+        "exercises_core": minutes(sum(s.exercise_minutes(core_only=True) for s in found)),
+    }
+
+
+def header(times: dict[str, int]) -> str:
+    reading = f"Reading {times['reading']} min"
+    if times["reading_core"] != times["reading"]:
+        reading += f" (core {times['reading_core']})"
+    exercises = f"Exercises {times['exercises']} min" if times["exercises"] else "Exercises none"
+    if times["exercises"] and times["exercises_core"] != times["exercises"]:
+        exercises += f" (core {times['exercises_core']})"
+    return f"{reading} · {exercises} ·"
+
+
+def write_header(path: Path) -> bool:
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    first = notebook["cells"][0]
+    source = _text(first["source"])
+    updated = HEADER.sub(header(lesson_times(path)), source, count=1)
+    if updated == source:
+        return False
+    first["source"] = updated.splitlines(keepends=True)
+    path.write_text(json.dumps(notebook, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return True
+
+
+def main(args: list[str]) -> int:
+    paths = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    totals = dict.fromkeys(("reading", "reading_core", "exercises", "exercises_core"), 0)
+    print(f"{'lesson':<32} {'reading':>8} {'core':>5} {'exercises':>10} {'core':>5}")
+    for path in paths:
+        times = lesson_times(path)
+        for key in totals:
+            totals[key] += times[key]
+        print(f"{path.stem:<32} {times['reading']:>8} {times['reading_core']:>5} {times['exercises']:>10} {times['exercises_core']:>5}")
+        if "--write" in args and write_header(path):
+            print(f"  updated the header of {path.name}")
+    print(f"{'all lessons (minutes)':<32} {totals['reading']:>8} {totals['reading_core']:>5} {totals['exercises']:>10} {totals['exercises_core']:>5}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
