@@ -16,7 +16,9 @@ Bad input is checked before the database is opened or created.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sqlite3
 import sys
 from contextlib import closing
@@ -25,7 +27,7 @@ from pathlib import Path
 from .clock import clock_from_env
 from .crashpoints import CRASH_POINTS, CrashPlan, check_point
 from .database import busy_timeout_ms, check_path, read_transaction, translate
-from .errors import EXIT_BAD_INPUT, LabError, UnknownIncident
+from .errors import EXIT_BAD_INPUT, EXIT_FAILURE, LabError, UnknownIncident, shown
 from .naive import BUGS, coordinator_class
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .recovery import Resumed, recover
@@ -51,6 +53,15 @@ class _Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+def _db_path(text: str) -> Path:
+    """The --db value as typed: Path() would turn "" into "." and "lab.db/" into "lab.db"."""
+    if not text:
+        raise argparse.ArgumentTypeError("the database path is empty")
+    if text.endswith(os.sep):
+        raise argparse.ArgumentTypeError(f"{shown(text)} ends with a slash, so it names a folder; give a file path")
+    return Path(text)
+
+
 def _parser() -> argparse.ArgumentParser:
     # allow_abbrev=False: `--inc` must not quietly mean `--incident`; scripts should break
     # loudly if an option is ever renamed, not drift onto another one.
@@ -58,7 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     commands.add_parser("incidents", help="list the incident ids shipped in data/, one a line", allow_abbrev=False)
     run = commands.add_parser("run", help="drive one incident from its recorded step to report_completed", allow_abbrev=False)
-    run.add_argument("--db", required=True, type=Path, action=_Once, help="checkpoint database (created if missing; its folder must exist)")
+    run.add_argument(
+        "--db", required=True, type=_db_path, action=_Once, help="checkpoint database (created if missing; its folder must exist)"
+    )
     run.add_argument("--incident", required=True, action=_Once, help="incident id, see: python -m labkit incidents")
     stop = run.add_mutually_exclusive_group()
     stop.add_argument("--crash-at", metavar="POINT", action=_Once, help="SIGKILL this process at POINT, see: python -m labkit crash-points")
@@ -66,10 +79,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="for lessons and tests: at POINT print 'paused at POINT' and wait for a line on stdin")
     _add_bug_option(run)
     rec = commands.add_parser("recover", help="resume every unfinished run from its recorded step", allow_abbrev=False)
-    rec.add_argument("--db", required=True, type=Path, action=_Once, help="an existing checkpoint database")
+    rec.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database")
     _add_bug_option(rec)
     status = commands.add_parser("status", help="every run with its step, receipts and provider reads", allow_abbrev=False)
-    status.add_argument("--db", required=True, type=Path, action=_Once, help="an existing checkpoint database (read only)")
+    status.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database (read only)")
     status.add_argument("--json", action="store_true", help="print one JSON object")
     commands.add_parser("crash-points", help="crash point names, one a line, in run order", allow_abbrev=False)
     reset = commands.add_parser(
@@ -100,13 +113,29 @@ def main(argv: list[str] | None = None) -> int:
     except LabError as error:
         return _report(error)
     except OSError as error:
-        print(f"labkit: failed: {error.strerror or error}: {error.filename or ''}".rstrip(": "), file=sys.stderr)
-        return 1
+        # Not foreseen by a named error: still one line, the file name quoted so that a
+        # newline in it cannot make two. A name the system cannot take is bad input.
+        where = f": {shown(error.filename, 200)}" if error.filename else ""
+        print(f"labkit: failed: {error.strerror or error}{where}", file=sys.stderr)
+        return EXIT_BAD_INPUT if error.errno == errno.ENAMETOOLONG else EXIT_FAILURE
+    except KeyboardInterrupt:
+        # The transaction that was open has rolled back; what was committed stays.
+        print("labkit: interrupted; nothing half-written is kept", file=sys.stderr)
+        return 130
 
 
 def _report(error: LabError) -> int:
-    print(f"labkit: {'error' if error.exit_code == EXIT_BAD_INPUT else 'failed'}: {error}", file=sys.stderr)
+    print(f"labkit: {_prefix(error)}: {_one_line(error)}", file=sys.stderr)
     return error.exit_code
+
+
+def _one_line(error: Exception) -> str:
+    """The contract is one line on stderr, whatever a message quotes (SQLite's, a file name's)."""
+    return " ".join(str(error).splitlines())
+
+
+def _prefix(error: LabError) -> str:
+    return "error" if error.exit_code == EXIT_BAD_INPUT else "failed"
 
 
 def _incidents(args) -> int:
@@ -162,7 +191,7 @@ def _recover(args) -> int:
 
     def report(result: Resumed) -> None:
         if result.error is not None:
-            print(f"labkit: error: {result.error}", file=sys.stderr, flush=True)
+            print(f"labkit: {_prefix(result.error)}: {_one_line(result.error)}", file=sys.stderr, flush=True)
         else:
             print(f"resumed {result.incident} from {result.from_step}: {result.outcome}", flush=True)
 

@@ -12,6 +12,7 @@ read rolls back. Taught in 04_rollback and 07_evidence_contract.
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
@@ -52,6 +53,10 @@ def check_evidence(raw: bytes | str, incident: str) -> dict:
         # `queue` explains a missing `diagnosis` better than the other way round.
         field, what = min(errors, key=lambda error: _reading_order(error[0]))
         raise EvidenceRejected(incident, field, what)
+    try:
+        datetime.fromisoformat(body["observed_at"].replace("Z", "+00:00"))
+    except ValueError:
+        raise EvidenceRejected(incident, "observed_at", f"{body['observed_at']!r} is not a real instant") from None
     if body["incident"] != incident:
         raise EvidenceRejected(incident, "incident", f"the response is about {body['incident']!r}, not the incident that was asked for")
     return body

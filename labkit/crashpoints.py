@@ -90,7 +90,8 @@ class CrashPlan:
         if self.mode == "pause":
             holding = "holding the write lock" if holds_write_lock(conn) else "holding no lock"
             print(f"paused at {point.value} ({holding})", flush=True)
-            sys.stdin.readline()  # a line, or end of input, lets the run go on
+            if sys.stdin is not None:  # no stdin at all is like end of input: go on
+                sys.stdin.readline()  # a line, or end of input, lets the run go on
             return
         os.kill(os.getpid(), signal.SIGKILL)
 

@@ -20,7 +20,7 @@ import sqlite3
 import stat
 import time
 from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, closing, contextmanager, nullcontext
 from pathlib import Path
 
 from .errors import (
@@ -97,9 +97,16 @@ def check_path(path: str | Path, *, must_exist: bool) -> Path:
         raise BadDatabasePath(text, "SQLite would keep it in memory and lose it at exit; give a file path")
     if text.startswith("file:"):
         raise BadDatabasePath(text, "it looks like a SQLite URI; give a plain file path")
+    if text.endswith(os.sep):
+        raise BadDatabasePath(text, "it names a folder (it ends with a slash); give a file path")
     path = Path(text)
+    try:
+        # The sidecars sit beside the file the path leads to, which for a symlink is its target.
+        names = {path.name, path.resolve().name}
+    except (RuntimeError, OSError):
+        raise BadDatabasePath(text, "it is a symbolic link loop") from None
     name_max = _name_max(path.parent)
-    longest = max(len((path.name + sidecar).encode("utf-8", "surrogateescape")) for sidecar in SIDECARS)
+    longest = max(len((name + sidecar).encode("utf-8", "surrogateescape")) for name in names for sidecar in SIDECARS)
     if longest > name_max:
         raise BadDatabasePath(text, f"the file name is too long: with its sidecar files it needs {longest} bytes, the limit is {name_max}")
     try:
@@ -111,6 +118,8 @@ def check_path(path: str | Path, *, must_exist: bool) -> Path:
             raise BadDatabasePath(text, "it is a symbolic link loop") from None
         if error.errno == errno.ENOTDIR:
             raise DatabaseFolderMissing(str(path.parent)) from None
+        if error.errno == errno.ENAMETOOLONG:
+            raise BadDatabasePath(text, "the path is too long for this system") from None
         raise DatabaseUnavailable(text, error.strerror or str(error)) from None
     if info is None:
         # A symlink to a database not made yet is followed, as the user asked: SQLite
@@ -125,6 +134,10 @@ def check_path(path: str | Path, *, must_exist: bool) -> Path:
         raise NotADatabase(text, "it is a folder")
     if not stat.S_ISREG(info.st_mode):
         raise NotADatabase(text, "it is not a regular file")
+    if info.st_nlink > 1:
+        # SQLite finds its -wal and its locks by name: through a second name a process would
+        # not see the other's log, and could miss committed work or corrupt the file.
+        raise BadDatabasePath(text, f"it has {info.st_nlink} hard links, and SQLite cannot keep a database consistent through two names")
     return path
 
 
@@ -267,6 +280,33 @@ def read_transaction(conn: sqlite3.Connection) -> AbstractContextManager[sqlite3
     if conn.in_transaction:
         return nullcontext(conn)
     return _atomic(conn, "BEGIN DEFERRED", commit=True)
+
+
+def schema_made_by(statements: list[str]) -> list[tuple[str, str, str, str | None]]:
+    """The ``sqlite_master`` rows that ``statements`` create in an empty database.
+
+    Made in a private in-memory database, so that :func:`labkit.store.connect` can tell a
+    file labkit made (whose schema is exactly this) from one another program made.
+    """
+    with closing(sqlite3.connect(":memory:", isolation_level=None)) as scratch:
+        for statement in statements:
+            scratch.execute(statement)
+        return [tuple(row) for row in scratch.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")]
+
+
+def quick_check(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a file whose pages are damaged before anything is written to it.
+
+    ``PRAGMA quick_check`` reads every page (milliseconds for a lab database). Without it a
+    damaged file may take some writes and fail on others, half way through a command.
+    """
+    try:
+        found = [row[0] for row in conn.execute("PRAGMA quick_check")]
+    except sqlite3.Error as error:
+        raise translate(error, path) from None
+    if found != ["ok"]:
+        first = " ".join(found[0].split())  # SQLite's report runs over several lines
+        raise DatabaseDamaged(str(path), f"SQLite's quick_check reports: {first[:100]}")
 
 
 def require_write_transaction(conn: sqlite3.Connection, helper: str) -> None:

@@ -50,8 +50,8 @@ def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict:
 def strict_loads(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
     """Parse strict JSON: UTF-8, no NaN or Infinity, no duplicated keys, nesting bounded.
 
-    Raises :class:`JsonProblem` for anything else, never ``RecursionError`` or
-    ``UnicodeDecodeError``.
+    Raises :class:`JsonProblem` for anything else, never ``RecursionError``,
+    ``UnicodeDecodeError`` or ``ValueError``; a string must be Unicode text (no lone surrogate).
     """
     if isinstance(data, bytes):
         try:
@@ -65,11 +65,32 @@ def strict_loads(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
     # Bound the nesting before parsing: the C parser recurses once per level.
     _check_depth(text, max_depth)
     try:
-        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicates)
+        value = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicates)
     except json.JSONDecodeError as error:
         raise JsonProblem(f"not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
     except RecursionError:  # pragma: no cover - _check_depth bounds the depth first
         raise JsonProblem(f"nested deeper than {max_depth} levels") from None
+    except ValueError as error:  # Python's own limits, e.g. an integer of more than 4300 digits
+        raise JsonProblem(f"not JSON labkit can hold ({str(error).split(';')[0][:80]})") from None
+    _check_text(value)
+    return value
+
+
+def _check_text(value: Any) -> None:
+    """Refuse strings that are not Unicode text: a lone surrogate (``"\\ud800"``) parses, but
+    cannot be written back out as UTF-8, so it would fail later, far from its cause."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise JsonProblem("a string holds a lone surrogate, which is not Unicode text") from None
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_text(key)
+            _check_text(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_text(item)
 
 
 def _check_depth(text: str, max_depth: int) -> None:

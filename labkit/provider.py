@@ -207,10 +207,17 @@ def _drop_torn_tail(fd: int) -> int:
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return size
-    tail = os.pread(fd, min(size, 1 << 16), max(0, size - (1 << 16)))
-    keep = size - len(tail) + tail.rfind(b"\n") + 1
-    os.ftruncate(fd, keep)
-    return keep
+    end = size
+    while end > 0:  # walk back, a block at a time, to the last complete line
+        start = max(0, end - (1 << 16))
+        block = os.pread(fd, end - start, start)
+        newline = block.rfind(b"\n")
+        if newline >= 0:
+            end = start + newline + 1
+            break
+        end = start
+    os.ftruncate(fd, end)
+    return end
 
 
 class ReferenceProvider:

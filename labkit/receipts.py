@@ -15,14 +15,13 @@ sent or any other remote effect: those need their own ledger (09_external_effect
 from __future__ import annotations
 
 import hashlib
-import json
 import sqlite3
 from dataclasses import dataclass
 
 from .clock import Clock
 from .database import require_write_transaction
-from .errors import ReceiptConflict
-from .jsontext import canonical_json
+from .errors import InconsistentRun, ReceiptConflict
+from .jsontext import JsonProblem, canonical_json, strict_loads
 
 #: Schema version 1 of the table (never edited: store.MIGRATIONS applies it once).
 RECEIPTS_TABLE_V1 = """CREATE TABLE receipts (
@@ -54,10 +53,23 @@ def receipt_id_for(incident: str, workflow_version: int) -> str:
 
 
 def find_receipt_txn(conn: sqlite3.Connection, incident: str) -> Receipt | None:
+    """The run's receipt, refused as inconsistent if its row is not what labkit wrote."""
     row = conn.execute("SELECT * FROM receipts WHERE incident = ?", (incident,)).fetchone()
     if row is None:
         return None
-    return Receipt(row["incident"], row["receipt_id"], row["evidence_digest"], json.loads(row["report"]), row["issued_at"])
+    try:
+        report = strict_loads(row["report"])
+    except JsonProblem as problem:
+        raise InconsistentRun(incident, f"its receipt row is damaged ({problem.reason})") from None
+    if not isinstance(report, dict):
+        raise InconsistentRun(incident, "its receipt row holds no report")
+    return Receipt(row["incident"], row["receipt_id"], row["evidence_digest"], report, row["issued_at"])
+
+
+def receipt_id_txn(conn: sqlite3.Connection, incident: str) -> str | None:
+    """The run's receipt id, without reading (or judging) the report."""
+    row = conn.execute("SELECT receipt_id FROM receipts WHERE incident = ?", (incident,)).fetchone()
+    return row[0] if row else None
 
 
 def issue_receipt_txn(

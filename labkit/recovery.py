@@ -9,6 +9,7 @@ worker process would. Taught in 05_crash_and_reread and 06_single_receipt.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 from .clock import Clock
 from .coordinator import WORKFLOW_VERSION, Coordinator
 from .crashpoints import NO_CRASH, CrashPlan
-from .database import read_transaction
+from .database import read_transaction, translate
 from .errors import LabError
 from .provider import ReadAdapter
 from .receipts import Receipt
@@ -83,6 +84,8 @@ def recover(
                 result = Resumed(run.incident, run.step, done.read_provider, done.completed, done.receipt)
             except LabError as error:
                 result = Resumed(run.incident, run.step, error=error)
+            except sqlite3.Error as error:  # a lock held too long on this run: report it, go on
+                result = Resumed(run.incident, run.step, error=translate(error, db_path))
             results.append(result)
             if progress is not None:
                 progress(result)

@@ -7,6 +7,7 @@ gives the same report, byte for byte.
 
 from __future__ import annotations
 
+from .errors import InconsistentRun
 from .store import Evidence
 
 HEADLINES = {
@@ -20,6 +21,18 @@ HEADLINES = {
 
 
 def build_report(evidence: Evidence) -> dict:
+    """The report for ``evidence``; evidence that is not what the contract accepted is refused.
+
+    Only someone editing the database by hand can store such evidence: the contract
+    checked it before it was committed.
+    """
+    try:
+        return _report(evidence)
+    except (KeyError, TypeError) as missing:
+        raise InconsistentRun(evidence.incident, f"its stored evidence lacks what a report needs ({missing})") from None
+
+
+def _report(evidence: Evidence) -> dict:
     diagnosis = evidence.body["diagnosis"]
     queue = evidence.body["queue"]
     return {

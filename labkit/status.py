@@ -12,8 +12,8 @@ from pathlib import Path
 from .coordinator import WORKFLOW_VERSION
 from .database import read_transaction
 from .provider import CallLog, call_log_for
-from .receipts import find_receipt_txn
-from .store import SCHEMA_VERSION, connect_readonly, list_runs_txn, load_evidence_txn
+from .receipts import receipt_id_txn
+from .store import SCHEMA_VERSION, connect_readonly, has_evidence_txn, list_runs_txn
 
 
 def status_of(db: str | Path) -> dict:
@@ -22,6 +22,8 @@ def status_of(db: str | Path) -> dict:
     Read only: the database must exist, and nothing is written to it or beside it, so
     status works in a read-only folder and on a mistyped path it creates nothing.
     """
+    log = CallLog(call_log_for(db))
+    log.calls()  # a damaged log is refused before the database is even opened
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         runs = [
             {
@@ -29,15 +31,15 @@ def status_of(db: str | Path) -> dict:
                 "workflow_version": run.workflow_version,
                 "step": run.step.value,
                 "state_version": run.version,
-                "evidence": load_evidence_txn(conn, run.incident) is not None,
+                "evidence": has_evidence_txn(conn, run.incident),
                 "receipts": conn.execute("SELECT COUNT(*) FROM receipts WHERE incident = ?", (run.incident,)).fetchone()[0],
-                "receipt_id": receipt.receipt_id if (receipt := find_receipt_txn(conn, run.incident)) else None,
+                "receipt_id": receipt_id_txn(conn, run.incident),
             }
             for run in list_runs_txn(conn)
         ]
     # The log is read after the database: a read is logged before its evidence commits, so
     # this order never shows committed evidence with fewer reads than it took.
-    calls = CallLog(call_log_for(db)).calls()
+    calls = log.calls()
     for run in runs:
         run["provider_reads"] = sum(1 for call in calls if call.incident == run["incident"])
     return {"schema_version": SCHEMA_VERSION, "workflow_version": WORKFLOW_VERSION, "runs": runs}

@@ -21,6 +21,7 @@ import hashlib
 import json
 import sqlite3
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from . import receipts
@@ -28,14 +29,16 @@ from .clock import Clock
 from .database import (
     check_path,
     open_database,
+    quick_check,
     read_transaction,
     require_write_transaction,
+    schema_made_by,
     set_wal,
     transaction,
     translate,
 )
-from .errors import NotALabDatabase, SchemaVersionMismatch, StaleTransition, StepOrderError
-from .jsontext import canonical_json
+from .errors import InconsistentRun, NotALabDatabase, SchemaVersionMismatch, StaleTransition, StepOrderError
+from .jsontext import JsonProblem, canonical_json, strict_loads
 from .steps import Step
 
 #: Written into the file header (``PRAGMA application_id``) so that labkit can tell its own
@@ -43,10 +46,6 @@ from .steps import Step
 APPLICATION_ID = int.from_bytes(b"LABK", "big")
 
 _STEP_RANK_SQL = "CASE {col} WHEN 'not_inspected' THEN 0 WHEN 'evidence_recorded' THEN 1 WHEN 'report_completed' THEN 2 END"
-
-#: The tables of schema version 1, which predates the application id: a file at version 1
-#: without the id is labkit's only if it holds exactly these.
-_V1_TABLES = frozenset({"runs", "evidence", "receipts", "transitions", "sqlite_sequence"})
 
 #: Ordered schema changes. Entry n moves the database from schema version n to n+1, in the
 #: same transaction that bumps ``PRAGMA user_version``. Never edit an entry; append one.
@@ -115,6 +114,7 @@ def connect(path: str | Path, *, create: bool = True) -> sqlite3.Connection:
     conn = open_database(path)
     try:
         found = _identify(conn, path)
+        quick_check(conn, path)
         set_wal(conn)
         conn.execute("PRAGMA synchronous = FULL")
         if found < SCHEMA_VERSION:
@@ -140,6 +140,9 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
     conn = open_database(path, readonly=True)
     try:
         found = _identify(conn, path)
+        if found == 0:
+            raise NotALabDatabase(str(path), "it is empty: no labkit command has recorded anything in it yet")
+        quick_check(conn, path)
         if found != SCHEMA_VERSION:
             raise SchemaVersionMismatch(str(path), found, SCHEMA_VERSION)
     except sqlite3.Error as error:
@@ -158,32 +161,41 @@ def _identify(conn: sqlite3.Connection, path: Path) -> int:
     migration cannot commit between them (it did, when they were read one by one).
     """
     with read_transaction(conn):
-        app_id, version, names = conn.execute(
+        app_id, version, entries = conn.execute(
             "SELECT (SELECT application_id FROM pragma_application_id),"
             " (SELECT user_version FROM pragma_user_version),"
-            " (SELECT json_group_array(name) FROM sqlite_master WHERE type = 'table')"
+            " (SELECT json_group_array(json_array(type, name, tbl_name, sql)) FROM"
+            "  (SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name))"
         ).fetchone()
-    tables = set(json.loads(names))
+    schema = [tuple(entry) for entry in json.loads(entries)]
     where = str(path)
     if app_id not in (0, APPLICATION_ID):
         raise NotALabDatabase(where, f"its application id is {app_id}, another program's")
     if version < 0:
         raise NotALabDatabase(where, f"its schema version is {version}, which labkit never writes")
-    if app_id == APPLICATION_ID:
-        if version > SCHEMA_VERSION:
-            raise SchemaVersionMismatch(where, version, SCHEMA_VERSION)
-        if "runs" not in tables:
-            raise NotALabDatabase(where, f"it carries labkit's id at schema version {version} but has no runs table")
-        return version
     if version == 0:
-        if tables:
-            raise NotALabDatabase(where, f"it holds tables ({', '.join(sorted(tables)[:3])}) but no labkit schema version")
+        if schema:
+            tables = sorted(name for kind, name, _, _ in schema if kind == "table")
+            raise NotALabDatabase(where, f"it holds tables ({', '.join(tables[:3])}) but no labkit schema version")
         return 0
-    if version == 1 and tables == _V1_TABLES:
-        return 1  # made by a labkit from before the application id
-    if version == 1 and "runs" not in tables:
-        raise NotALabDatabase(where, f"its schema version is {version} but it has no runs table")
-    raise NotALabDatabase(where, f"its schema version is {version} but it lacks labkit's application id")
+    if version > SCHEMA_VERSION:
+        if app_id == APPLICATION_ID:
+            raise SchemaVersionMismatch(where, version, SCHEMA_VERSION)
+        raise NotALabDatabase(where, f"its schema version is {version} but it lacks labkit's application id")
+    if app_id == 0 and version > 1:  # only version 1 predates the application id
+        raise NotALabDatabase(where, f"its schema version is {version} but it lacks labkit's application id")
+    if schema != expected_schema(version):
+        tables = sorted(name for kind, name, _, _ in schema if kind == "table")
+        raise NotALabDatabase(
+            where, f"its tables ({', '.join(tables[:4]) or 'none'}) are not those of labkit's schema version {version}"
+        )
+    return version
+
+
+@cache
+def expected_schema(version: int) -> list[tuple]:
+    """Exactly what labkit's migrations create up to ``version``: tables, indexes, triggers."""
+    return schema_made_by([statement for step in MIGRATIONS[:version] for statement in step if not statement.startswith("PRAGMA")])
 
 
 def _migrate(conn: sqlite3.Connection, path: Path) -> None:
@@ -300,10 +312,22 @@ def store_evidence_txn(conn: sqlite3.Connection, incident: str, contract: str, b
 
 
 def load_evidence_txn(conn: sqlite3.Connection, incident: str) -> Evidence | None:
+    """The run's committed evidence, refused as inconsistent if its row is not what labkit wrote."""
     row = conn.execute("SELECT * FROM evidence WHERE incident = ?", (incident,)).fetchone()
     if row is None:
         return None
-    return Evidence(row["incident"], row["contract"], json.loads(row["body"]), row["digest"], row["recorded_at"])
+    try:
+        body = strict_loads(row["body"])
+    except JsonProblem as problem:
+        raise InconsistentRun(incident, f"its evidence row is damaged ({problem.reason})") from None
+    if not isinstance(body, dict) or _sha256(row["body"]) != row["digest"]:
+        raise InconsistentRun(incident, "its evidence row does not match its digest")
+    return Evidence(row["incident"], row["contract"], body, row["digest"], row["recorded_at"])
+
+
+def has_evidence_txn(conn: sqlite3.Connection, incident: str) -> bool:
+    """Whether evidence is committed, without reading (or judging) its body."""
+    return conn.execute("SELECT 1 FROM evidence WHERE incident = ?", (incident,)).fetchone() is not None
 
 
 def list_runs_txn(conn: sqlite3.Connection) -> list[Run]:

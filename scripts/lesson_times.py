@@ -94,7 +94,8 @@ def sections(path: Path) -> list[Section]:
         elif cell["cell_type"] == "code":
             metadata = cell.get("metadata", {})
             if "exercise" in metadata and exercise is not None:
-                lines = len([line for line in metadata.get("solution", "").splitlines() if line.strip() and not line.strip().startswith("#")])
+                solution = metadata.get("solution", "").splitlines()
+                lines = len([line for line in solution if line.strip() and not line.strip().startswith("#")])
                 current.exercises.append((exercise[0], exercise[1], exercise_words, lines))
                 exercise = None
                 continue
@@ -148,10 +149,12 @@ def main(args: list[str]) -> int:
         times = lesson_times(path)
         for key in totals:
             totals[key] += times[key]
-        print(f"{path.stem:<32} {times['reading']:>8} {times['reading_core']:>5} {times['exercises']:>10} {times['exercises_core']:>5}")
+        row = [times[key] for key in ("reading", "reading_core", "exercises", "exercises_core")]
+        print(f"{path.stem:<32} {row[0]:>8} {row[1]:>5} {row[2]:>10} {row[3]:>5}")
         if "--write" in args and write_header(path):
             print(f"  updated the header of {path.name}")
-    print(f"{'all lessons (minutes)':<32} {totals['reading']:>8} {totals['reading_core']:>5} {totals['exercises']:>10} {totals['exercises_core']:>5}")
+    row = [totals[key] for key in ("reading", "reading_core", "exercises", "exercises_core")]
+    print(f"{'all lessons (minutes)':<32} {row[0]:>8} {row[1]:>5} {row[2]:>10} {row[3]:>5}")
     return 0
 
 

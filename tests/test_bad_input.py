@@ -117,7 +117,7 @@ def test_a_database_with_a_newer_schema_is_refused(lab, cli, refused):
 
 @pytest.mark.parametrize(
     ("user_version", "words"),
-    [(0, ["holds tables", "orders"]), (1, ["schema version is 1", "no runs table"])],
+    [(0, ["holds tables", "orders"]), (1, ["its tables (orders)", "labkit's schema version 1"])],
     ids=["unversioned", "version-1-without-runs"],
 )
 def test_another_programs_sqlite_database_is_left_byte_for_byte(user_version, words, folder, cli, refused):

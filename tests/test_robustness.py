@@ -67,10 +67,11 @@ def test_a_database_reached_through_a_symlink_shares_one_provider_log(lab, cli, 
     assert sorted(p.name for p in lab.folder.glob("*.jsonl")) == ["lab.db.provider-calls.jsonl"]
 
 
-@pytest.mark.parametrize("where", [".", "/", "", "./"])
-def test_a_folder_given_as_the_database_is_refused(where, cli, refused, tmp_path):
+@pytest.mark.parametrize(("where", "words"), [(".", "not a SQLite database"), ("/", "names a folder"), ("", "empty"),
+                                              ("./", "names a folder")])
+def test_a_folder_given_as_the_database_is_refused(where, words, cli, refused, tmp_path):
     for args in (("run", "--db", where, "--incident", INC), ("recover", "--db", where), ("status", "--db", where, "--json")):
-        refused(cli(*args), "not a SQLite database")
+        refused(cli(*args), words)
 
 
 def test_a_fifo_given_as_the_database_is_refused_without_hanging(folder, cli, refused):
@@ -155,3 +156,9 @@ def test_the_two_commit_draft_works_when_nothing_fails(lab, conn):
     lab.coordinator(conn).start(INC)
     two_commit_inspect(conn, lab.provider(), INC, lab.clock)
     assert labkit.status_of(lab.db)["runs"][0]["step"] == "evidence_recorded"
+
+
+def test_a_malformed_setting_is_refused_before_any_file_is_made(db, folder, cli, refused):
+    refused(cli("run", "--db", db, "--incident", INC, env={"LABKIT_BUSY_TIMEOUT_MS": "soon"}), "LABKIT_BUSY_TIMEOUT_MS")
+    refused(cli("run", "--db", db, "--incident", INC, env={"LABKIT_PROVIDER_DELAY": "nan"}), "LABKIT_PROVIDER_DELAY")
+    assert list(folder.iterdir()) == []

@@ -1,0 +1,69 @@
+"""Each lesson's header states the reading and exercise times measured from its text.
+
+The figures come from scripts/lesson_times.py (words, code lines and exercise solutions at
+the rates written there). A lesson edited without updating its header fails here: run
+`python scripts/lesson_times.py --write`. The core path of lessons 00 to 06 must fit a
+three-hour workshop with room for an introduction and a break.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("lesson_times", ROOT / "scripts" / "lesson_times.py")
+assert _spec and _spec.loader
+lesson_times = importlib.util.module_from_spec(_spec)
+sys.modules["lesson_times"] = lesson_times  # dataclasses look their module up there
+_spec.loader.exec_module(lesson_times)
+
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+FIRST_LESSONS = [path for path in NOTEBOOKS if path.name[:2] <= "06"]
+#: Three hours, less a 15-minute introduction and a 15-minute break.
+WORKSHOP_CORE_MINUTES = 150
+
+
+def _header_line(path: Path) -> str:
+    first = json.loads(path.read_text(encoding="utf-8"))["cells"][0]
+    source = "".join(first["source"])
+    [line] = [line for line in source.splitlines() if line.startswith("Reading ")]
+    return line
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_the_header_states_the_measured_times(path):
+    expected = lesson_times.header(lesson_times.lesson_times(path))
+    assert _header_line(path).startswith(expected), "run: python scripts/lesson_times.py --write"
+
+
+def test_the_core_path_of_the_first_lessons_fits_a_three_hour_workshop():
+    total = sum(t["reading_core"] + t["exercises_core"] for t in map(lesson_times.lesson_times, FIRST_LESSONS))
+    assert 0 < total <= WORKSHOP_CORE_MINUTES, f"the core path of 00-06 takes {total} min"
+
+
+def test_the_measure_counts_what_it_says(tmp_path):
+    """A made-up lesson with known counts: 260 words of prose, 16 lines of code, one exercise."""
+    notebook = {
+        "cells": [
+            {"cell_type": "markdown", "metadata": {}, "source": "# 99 · Test\nReading 0 min · Exercises 0 min · Prerequisites: none\n"
+             + "word " * 255},
+            {"cell_type": "code", "metadata": {}, "source": "x = 1\n" * 16, "outputs": [], "execution_count": None},
+            {"cell_type": "markdown", "metadata": {}, "source": "## 1. More (optional)\n" + "word " * 126},
+            {"cell_type": "markdown", "metadata": {}, "source": "### Exercise 99.1 (5 min): try\n" + "word " * 125},
+            {"cell_type": "code", "metadata": {"exercise": "99.1", "solution": "a = 1\nb = 2\n"}, "source": "a = None",
+             "outputs": [], "execution_count": None},
+        ],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5,
+    }
+    path = tmp_path / "99_test.ipynb"
+    path.write_text(json.dumps(notebook), encoding="utf-8")
+    times = lesson_times.lesson_times(path)
+    # core: (255 + 8 heading words) / 130 + 16 / 8 = 4.02 -> 5; all: + 130 / 130 -> 6
+    assert (times["reading_core"], times["reading"]) == (5, 6)
+    # the exercise sits in an optional section: 131 / 130 + 2 * 1.5 + 3 = 7.01 -> 8, none of it core
+    assert (times["exercises"], times["exercises_core"]) == (8, 0)

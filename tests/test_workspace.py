@@ -1,0 +1,88 @@
+"""A learner's own copy of the lessons, and the reset that brings it back.
+
+`make lab` opens my-lab/, made from notebooks/ on first use; `python -m labkit reset`
+restores one lesson or all, keeps a backup of what it replaced, removes the scratch
+folders lessons left behind (never one whose kernel still runs), and touches nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+import labkit
+from labkit import workspace
+from labkit.processes import child_env
+
+LESSONS = workspace.lesson_files()
+
+
+@pytest.fixture
+def scratch(tmp_path, monkeypatch):
+    root = tmp_path / "scratch"
+    monkeypatch.setenv(workspace.SCRATCH_ENV, str(root))
+    return root
+
+
+def test_the_first_copy_has_every_lesson_and_a_second_never_overwrites(tmp_path):
+    copy = tmp_path / "my-lab"
+    assert [p.name for p in workspace.make_learner_copy(copy)] == [p.name for p in LESSONS]
+    answered = copy / LESSONS[1].name
+    answered.write_text(answered.read_text(encoding="utf-8").replace("None", "'my answer'"), encoding="utf-8")
+    saved = answered.read_bytes()
+    assert workspace.make_learner_copy(copy) == []
+    assert answered.read_bytes() == saved, "the learner's saved answers must survive make lab"
+
+
+def test_reset_of_one_lesson_restores_it_keeps_a_backup_and_touches_nothing_else(tmp_path, scratch):
+    copy = tmp_path / "my-lab"
+    workspace.make_learner_copy(copy)
+    mine, other = copy / LESSONS[2].name, copy / LESSONS[3].name
+    mine.write_text("my edits", encoding="utf-8")
+    other.write_text("other edits", encoding="utf-8")
+    (copy / "notes.md").write_text("my notes", encoding="utf-8")
+    report = workspace.reset(LESSONS[2].name[:2], copy)
+    assert report.restored == [mine.name]
+    assert mine.read_bytes() == LESSONS[2].read_bytes()
+    assert other.read_text(encoding="utf-8") == "other edits"
+    assert (copy / "notes.md").read_text(encoding="utf-8") == "my notes"
+    [backup] = report.backed_up
+    assert (tmp_path / backup).read_text(encoding="utf-8") == "my edits"
+
+
+def test_reset_removes_only_scratch_left_by_dead_kernels(tmp_path, scratch):
+    left_behind = subprocess.run(
+        [sys.executable, "-c", "import os, labkit; ws = labkit.Workspace.create('04'); print(ws.folder); os._exit(0)"],
+        capture_output=True, text=True, env=child_env(), check=True,
+    ).stdout.strip()
+    assert os.path.isdir(left_behind), "a killed kernel cannot clean up: its folder stays"
+    in_use = labkit.Workspace.create("04")            # this process is alive
+    other_lesson = subprocess.run(
+        [sys.executable, "-c", "import os, labkit; print(labkit.Workspace.create('05').folder); os._exit(0)"],
+        capture_output=True, text=True, env=child_env(), check=True,
+    ).stdout.strip()
+    stranger = scratch / "labkit-04-not-ours"
+    stranger.mkdir()
+    (stranger / "data.db").write_text("someone else's", encoding="utf-8")
+    report = workspace.reset("04", tmp_path / "my-lab")
+    assert not os.path.exists(left_behind)
+    assert in_use.folder.is_dir() and report.scratch_in_use == [in_use.folder.name]
+    assert os.path.isdir(other_lesson), "resetting 04 leaves 05's scratch alone"
+    assert (stranger / "data.db").exists(), "a folder without labkit's marker is never removed"
+
+
+def test_reset_refuses_an_unknown_lesson(tmp_path, scratch, cli, refused):
+    with pytest.raises(workspace.NotALesson):
+        workspace.reset("99", tmp_path / "my-lab")
+    refused(cli("reset", "--lesson", "99"), "no lesson '99'")
+
+
+def test_a_workspace_marks_its_folder_for_reset(scratch):
+    ws = labkit.Workspace.create("03-exercise")
+    marker = json.loads((ws.folder / workspace.MARKER).read_text(encoding="utf-8"))
+    assert marker == {"lesson": "03-exercise", "pid": os.getpid()}
+    assert ws.folder.parent == scratch
