@@ -18,6 +18,8 @@ Each ``check_*`` prints ``✓`` lines when the answer holds, and otherwise raise
 
 from __future__ import annotations
 
+import ast
+import functools
 import inspect
 import json
 import os
@@ -57,6 +59,26 @@ HOOKABLE = {
 WORKFLOW_VERSION_FOR_ANSWERS = 1
 
 
+def _one_line(check: Callable) -> Callable:
+    """Show a check's feedback in Jupyter as one line, not as a traceback into labkit.
+
+    The feedback is an ``AssertionError`` like any other (nbval compares its name and
+    message); only its display is shortened, through IPython's ``_render_traceback_``.
+    """
+
+    @functools.wraps(check)
+    def checked(*args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except AssertionError as error:
+            shown = f"AssertionError: {error}"
+            error._render_traceback_ = lambda: [shown]  # type: ignore[attr-defined]
+            raise
+
+    return checked
+
+
+@_one_line
 def waiting_for(exercise: str, **answers: object) -> None:
     """Raise the blank-answer feedback if any answer is still ``None``."""
     blank = [name for name, value in answers.items() if value is None]
@@ -192,13 +214,41 @@ def _returned(outcome: ChildOutcome) -> str | None:
     return None
 
 
+def _own_work(function: Callable, *names: str) -> None:
+    """Refuse an answer that hands the exercise to the labkit code the check compares with.
+
+    Names are looked for in the code (as names and attributes), not in comments or strings.
+    """
+    tree = ast.parse(source_of(function))
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    used |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    handed_over = [name for name in names if name in used]
+    if handed_over:
+        raise AssertionError(
+            f"write it yourself with the store's helpers: your answer calls {handed_over[0]}, which already does the job "
+            "(and is what the check compares with)"
+        )
+
+
+_TRIALS: list[Workspace] = []
+
+
 def _trial(name: str) -> Workspace:
-    return Workspace.create(name)
+    """A scratch workspace for one check; removed by the next check, passed or failed, or at exit."""
+    trial = Workspace.create(name)
+    _TRIALS.append(trial)
+    return trial
+
+
+def _clear_trials() -> None:
+    while _TRIALS:
+        shutil.rmtree(_TRIALS.pop().folder, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- 02: compare-and-set
 
 
+@_one_line
 def check_compare_and_set(move: Callable) -> None:
     """``move(conn, run, to, at) -> bool``: the learner's compare-and-set UPDATE of one run.
 
@@ -208,6 +258,7 @@ def check_compare_and_set(move: Callable) -> None:
     must still be refused, which only the state version can tell. The runs table here has
     no trigger, so the condition is tested alone, without the database's backstop.
     """
+    _clear_trials()
     from .steps import Step
     from .store import Run
 
@@ -252,21 +303,22 @@ def check_compare_and_set(move: Callable) -> None:
             "Only the state version tells them apart: require version = run.version too"
         )
         print("✓ even when the run came back to the step it had, the stale move is refused: the version differs")
-    shutil.rmtree(trial.folder, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- 03: the three questions
 
 
+@_one_line
 def check_restart_answers(answer: Callable) -> None:
     """``answer(conn, incident) -> dict``: the learner's answers to the three restart questions.
 
     A child is killed at every crash point, each in a database of its own; the answer is
     asked about each, through a fresh connection, and compared with the rows.
     """
+    _clear_trials()
     from .lesson import QUESTIONS
 
-    source_of(answer)
+    _own_work(answer, "restart_answers")
     wrong = []
     for point in CRASH_POINTS:
         trial = _trial("03-exercise")
@@ -284,7 +336,6 @@ def check_restart_answers(answer: Callable) -> None:
             if given[question] != truth[question]:
                 wrong.append(f"after a kill at {point}: {question} should be {truth[question]} (step {truth['step']}, "
                              f"evidence row {truth['evidence row']}, receipt {truth['receipt'] or 'none'})")
-        shutil.rmtree(trial.folder, ignore_errors=True)
     assert not wrong, "; ".join(wrong[:3]) + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else "")
     print(f"✓ right at all {len(CRASH_POINTS)} crash points, from the rows alone")
 
@@ -292,6 +343,7 @@ def check_restart_answers(answer: Callable) -> None:
 # --------------------------------------------------------------------------- 04: one transaction
 
 
+@_one_line
 def check_single_transaction_inspect(inspect_fn: Callable) -> None:
     """``inspect_fn(conn, provider, incident, clock)``: evidence and step committed together.
 
@@ -299,6 +351,8 @@ def check_single_transaction_inspect(inspect_fn: Callable) -> None:
     2. killed in a child at the moment it moves the step (just before ``advance_txn``):
        then ``recover`` must finish the run, and all seven invariants must hold.
     """
+    _clear_trials()
+    _own_work(inspect_fn, "Coordinator", "two_commit_inspect", "naive")
     trial = _trial("04-exercise")
     started = labkit_cli("run", "--db", trial.db, "--incident", "INC-1003", "--crash-at", "before_read")
     assert started.killed_by == "SIGKILL", f"could not prepare the run: {started.stderr.strip()}"
@@ -326,22 +380,25 @@ def check_single_transaction_inspect(inspect_fn: Callable) -> None:
     broken = [f"{r.number} ({r.statement}): {r.detail}" for r in results if not r.held]
     assert not broken, "after the kill and one recovery, invariants broke: " + "; ".join(broken)
     print("✓ killed between the evidence and the step: nothing half-written, recovery read again and finished")
-    for folder in (trial.folder, crashed.folder):
-        shutil.rmtree(folder, ignore_errors=True)
 
 
 # --------------------------------------------------------------------------- 05: a recovery worker
 
 
+@_one_line
 def check_recovery_worker(resume: Callable) -> None:
     """``resume(conn, provider, incident, clock)``: finish one run from its recorded step.
+
+    The decision to read is the exercise: an answer may complete through
+    ``Coordinator.complete``, but not hand the read to ``inspect``, ``drive`` or ``recover``.
 
     For every crash point, a child is killed there (each in a database of its own); the
     learner's ``resume`` runs in a fresh child; the run must end completed with one
     receipt, and the provider's log must show exactly the reads N1 predicts: a second read
     only when the crash fell between a read and its commit.
     """
-    source_of(resume)
+    _clear_trials()
+    _own_work(resume, "drive", "inspect", "_inspect", "recover", "run_in_child", "labkit_cli")
     wrong = []
     for point in CRASH_POINTS:
         trial = _trial("05-exercise")
@@ -358,7 +415,6 @@ def check_recovery_worker(resume: Callable) -> None:
         elif reads != expected_reads:
             why = "it read although the evidence was committed" if reads > expected_reads else "it never read"
             wrong.append(f"after a kill at {point} the provider was read {reads} times, expected {expected_reads}: {why}")
-        shutil.rmtree(trial.folder, ignore_errors=True)
     assert not wrong, "; ".join(wrong[:3]) + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else "")
     print(f"✓ from every one of the {len(CRASH_POINTS)} crash points: completed, one receipt, a read only where none was committed")
 
@@ -366,6 +422,7 @@ def check_recovery_worker(resume: Callable) -> None:
 # --------------------------------------------------------------------------- 06: idempotent completion
 
 
+@_one_line
 def check_idempotent_completion(complete: Callable, workers: int = 3) -> None:
     """``complete(conn, incident, clock) -> Receipt``: completion that any number of workers may repeat.
 
@@ -376,6 +433,8 @@ def check_idempotent_completion(complete: Callable, workers: int = 3) -> None:
        0 and return the same receipt, and one receipt row must exist;
     2. completing again returns that receipt and writes nothing.
     """
+    _clear_trials()
+    _own_work(complete, "Coordinator")
     trial = _trial("06-exercise")
     prepared = labkit_cli("run", "--db", trial.db, "--incident", "INC-1006", "--crash-at", "after_evidence_commit")
     assert prepared.killed_by == "SIGKILL", f"could not prepare the run: {prepared.stderr.strip()}"
@@ -399,4 +458,3 @@ def check_idempotent_completion(complete: Callable, workers: int = 3) -> None:
         f"completing a completed run should return its receipt: {again.stderr.strip() or _returned(again)}"
     )
     print("✓ completing once more returns the same receipt")
-    shutil.rmtree(trial.folder, ignore_errors=True)

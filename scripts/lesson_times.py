@@ -1,7 +1,8 @@
 """Measure how long each lesson takes to read and to do, and write it into the lesson's header.
 
-    python scripts/lesson_times.py            # print the table
-    python scripts/lesson_times.py --write    # also update each notebook's "Reading ... min" line
+    python scripts/lesson_times.py                      # print the table
+    python scripts/lesson_times.py --write [NOTEBOOK]   # also update the "Reading ... min" line
+                                                        # of each notebook named (default: all)
 
 What is counted, per lesson and per section (a ``## `` heading; "(optional)" in the heading
 marks it optional, every other section is core):
@@ -143,6 +144,8 @@ def write_header(path: Path) -> bool:
 
 def main(args: list[str]) -> int:
     paths = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    named = {Path(arg).resolve() for arg in args if not arg.startswith("--")}
+    to_write = named or set(paths)
     totals = dict.fromkeys(("reading", "reading_core", "exercises", "exercises_core"), 0)
     print(f"{'lesson':<32} {'reading':>8} {'core':>5} {'exercises':>10} {'core':>5}")
     for path in paths:
@@ -151,7 +154,7 @@ def main(args: list[str]) -> int:
             totals[key] += times[key]
         row = [times[key] for key in ("reading", "reading_core", "exercises", "exercises_core")]
         print(f"{path.stem:<32} {row[0]:>8} {row[1]:>5} {row[2]:>10} {row[3]:>5}")
-        if "--write" in args and write_header(path):
+        if "--write" in args and path.resolve() in to_write and write_header(path):
             print(f"  updated the header of {path.name}")
     row = [totals[key] for key in ("reading", "reading_core", "exercises", "exercises_core")]
     print(f"{'all lessons (minutes)':<32} {row[0]:>8} {row[1]:>5} {row[2]:>10} {row[3]:>5}")

@@ -34,6 +34,9 @@ def execute(path: Path) -> float:
         timeout=300,
         kernel_name="python3",
         record_timing=False,
+        # Merge consecutive prints into one output, as nbval does before comparing: a cell
+        # that prints around child processes is then stored the same way on every run.
+        coalesce_streams=True,
         resources={"metadata": {"path": str(path.parent)}},
     ).execute()
     elapsed = time.perf_counter() - started

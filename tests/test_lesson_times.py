@@ -24,8 +24,8 @@ _spec.loader.exec_module(lesson_times)
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 FIRST_LESSONS = [path for path in NOTEBOOKS if path.name[:2] <= "06"]
-#: Three hours, less a 15-minute introduction and a 15-minute break.
-WORKSHOP_CORE_MINUTES = 150
+#: Three hours, less a 10-minute introduction and a 10-minute break.
+WORKSHOP_CORE_MINUTES = 160
 
 
 def _header_line(path: Path) -> str:
@@ -67,3 +67,15 @@ def test_the_measure_counts_what_it_says(tmp_path):
     assert (times["reading_core"], times["reading"]) == (5, 6)
     # the exercise sits in an optional section: 131 / 130 + 2 * 1.5 + 3 = 7.01 -> 8, none of it core
     assert (times["exercises"], times["exercises_core"]) == (8, 0)
+
+
+def test_the_readme_table_states_the_same_minutes():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for path in NOTEBOOKS:
+        times = lesson_times.lesson_times(path)
+        exercises = f"{times['exercises']} ({times['exercises_core']})" if times["exercises"] else "none"
+        row = f"| {times['reading']} ({times['reading_core']}) | {exercises} |"
+        line = next((line for line in readme.splitlines() if line.startswith(f"| `{path.stem}`")), "")
+        assert line.endswith(row), f"README's row for {path.stem} should end with {row!r}: {line!r}"
+    core = sum(t["reading_core"] + t["exercises_core"] for t in map(lesson_times.lesson_times, FIRST_LESSONS))
+    assert f"00 to 06 comes to {core} minutes" in " ".join(readme.split())

@@ -8,7 +8,8 @@ others, each in a fresh kernel:
 - every cell run with the code cell before it skipped (two passes: one skips the even
   cells, one the odd, the setup cell always runs): it works, or it says in one line which
   cell to run (a ``⚠`` line from labkit.lesson), or, in an exercise check, it gives the
-  exercise's feedback. Never a traceback.
+  exercise's feedback, or, in a cell tagged to raise, it raises the error it was written
+  to show. Never another traceback.
 
 Skipping the setup cell itself is the one case left out: before it runs, nothing of
 labkit is loaded, so nothing can explain the NameError of the cell after it.
@@ -40,11 +41,16 @@ def _client(notebook, path: Path) -> NotebookClient:
     )
 
 
-def _acceptable(cell, errors) -> str | None:
-    """None if the cell's errors are what a learner may see; otherwise why not."""
+def _acceptable(cell, errors, committed: set[str]) -> str | None:
+    """None if the cell's errors are what a learner may see; otherwise why not.
+
+    Allowed: the one-line ``⚠`` message, an exercise check's feedback, and, in a cell tagged
+    to raise, the very error it raises in the committed run.
+    """
+    tagged = "raises-exception" in cell.metadata.get("tags", [])
     for ename, evalue, traceback in errors:
         friendly = len(traceback) == 1 and traceback[0].startswith("⚠")
-        feedback = "raises-exception" in cell.metadata.get("tags", []) and ename == "AssertionError"
+        feedback = tagged and (ename == "AssertionError" or ename in committed)
         if not (friendly or feedback):
             return f"{ename}: {evalue[:120]} (a traceback of {len(traceback)} lines)"
     return None
@@ -94,6 +100,7 @@ def test_a_cell_whose_predecessor_was_skipped_works_or_says_what_to_run(path: Pa
     notebook = nbformat.read(path, as_version=4)
     cells = _code_cells(notebook)
     setup = cells[0][0]
+    committed = {index: {ename for ename, _, _ in _errors(cell)} for index, cell in cells}
     client = _client(notebook, path)
     problems = []
     with client.setup_kernel():
@@ -102,7 +109,7 @@ def test_a_cell_whose_predecessor_was_skipped_works_or_says_what_to_run(path: Pa
                 continue
             cell.outputs = []
             client.execute_cell(cell, index)
-            why = _acceptable(cell, _errors(cell))
+            why = _acceptable(cell, _errors(cell), committed[index])
             if why:
                 problems.append(f"cell {index + 1}: {why}")
     assert problems == [], "\n".join(problems)
