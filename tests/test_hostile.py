@@ -167,7 +167,9 @@ def test_ctrl_c_rolls_back_and_says_so_in_one_line(lab):
         if line.startswith("paused at"):
             break
     child.send_signal(signal.SIGINT)
-    _, stderr = child.communicate(timeout=60)
+    child.wait(timeout=60)  # stdin stays open: its end would also let the paused run go on
+    assert child.stderr is not None
+    stderr = child.stderr.read()
     assert child.returncode == 130 and stderr.splitlines() == ["labkit: interrupted; nothing half-written is kept"], stderr
     answers = labkit.lesson.restart_answers(lab.db, INC)
     assert (answers.step, answers.evidence) == ("not_inspected", False), "the open transaction rolled back"
