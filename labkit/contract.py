@@ -42,23 +42,24 @@ def check_evidence(raw: bytes | str, incident: str) -> dict:
     """Return the parsed response if it satisfies the contract; otherwise raise EvidenceRejected."""
     data = raw.encode("utf-8") if isinstance(raw, str) else raw
     if len(data) > MAX_RESPONSE_BYTES:
-        raise EvidenceRejected(incident, "(response)", f"{len(data)} bytes, over the {MAX_RESPONSE_BYTES}-byte limit")
+        raise EvidenceRejected(incident, "(response)", f"{len(data)} bytes, over the {MAX_RESPONSE_BYTES}-byte limit", "size-limit")
     try:
         body = strict_loads(data)
     except JsonProblem as problem:
-        raise EvidenceRejected(incident, "(response)", problem.reason) from None
+        raise EvidenceRejected(incident, "(response)", problem.reason, problem.rule) from None
     errors = [_describe(error) for error in _validator().iter_errors(body)]
     if errors:
         # Report the first problem in the contract's own field order: a missing count in
         # `queue` explains a missing `diagnosis` better than the other way round.
-        field, what = min(errors, key=lambda error: _reading_order(error[0]))
-        raise EvidenceRejected(incident, field, what)
+        field, what, rule = min(errors, key=lambda error: _reading_order(error[0]))
+        raise EvidenceRejected(incident, field, what, rule)
     try:
         datetime.fromisoformat(body["observed_at"].replace("Z", "+00:00"))
     except ValueError:
-        raise EvidenceRejected(incident, "observed_at", f"{body['observed_at']!r} is not a real instant") from None
+        raise EvidenceRejected(incident, "observed_at", f"{body['observed_at']!r} is not a real instant", "real-instant") from None
     if body["incident"] != incident:
-        raise EvidenceRejected(incident, "incident", f"the response is about {body['incident']!r}, not the incident that was asked for")
+        about = f"the response is about {body['incident']!r}, not the incident that was asked for"
+        raise EvidenceRejected(incident, "incident", about, "same-incident")
     return body
 
 
@@ -68,12 +69,22 @@ def _reading_order(field: str) -> tuple[int, str]:
     return (order.index(top) if top in order else len(order), field)
 
 
-def _describe(error) -> tuple[str, str]:
-    """Turn a jsonschema error into (dotted field path, short problem) for a one-line message."""
+def _describe(error) -> tuple[str, str, str]:
+    """Turn a jsonschema error into (dotted field path, short problem, rule) for a one-line message.
+
+    Classified by the validator that failed and the path it failed at (jsonschema's own
+    fields), never by parsing its message text.
+    """
+    rule = f"schema:{error.validator}"
+    where, what = _what(error)
+    return where, what, rule
+
+
+def _what(error) -> tuple[str, str]:
     path = [str(part) for part in error.absolute_path]
     if error.validator == "required":
-        missing = error.message.split("'")[1]
-        return ".".join(path + [missing]), "is missing"
+        missing = sorted(set(error.validator_value) - set(error.instance))
+        return ".".join(path + missing[:1]), "is missing"
     if error.validator == "additionalProperties":
         extras = sorted(set(error.instance) - set(error.schema.get("properties", {})))
         return ".".join(path + extras[:1]) or "(response)", "is not part of the contract"

@@ -172,13 +172,15 @@ class StepOrderError(BadInput):
 class EvidenceRejected(BadInput):
     """A provider response broke the evidence contract; no checkpoint advanced.
 
-    ``field`` is a dotted path into the response (``queue.consumers``) or ``(response)``
-    when the response as a whole was unusable. Taught in 04_rollback and 07_evidence_contract.
+    ``rule`` names the rule it broke (``size-limit``, ``no-nan-or-infinity``,
+    ``schema:type``, ``same-incident``, ...); ``field`` is a dotted path into the response
+    (``queue.consumers``) or ``(response)`` when the response as a whole was unusable.
+    Taught in 04_rollback and 07_evidence_contract.
     """
 
-    def __init__(self, incident: str, field: str, problem: str):
-        self.incident, self.field, self.problem = incident, field, problem
-        super().__init__(f"evidence for {incident!r} rejected: field {field!r}: {problem}")
+    def __init__(self, incident: str, field: str, problem: str, rule: str = "contract"):
+        self.incident, self.field, self.problem, self.rule = incident, field, problem, rule
+        super().__init__(f"evidence for {incident!r} rejected by rule {rule}: field {field!r}: {problem}")
 
 
 class DataFolderMissing(BadInput):

@@ -18,10 +18,14 @@ MAX_DEPTH = 32
 
 
 class JsonProblem(ValueError):
-    """The text is not strict JSON, or not JSON labkit will hold; ``reason`` fits on one line."""
+    """The text is not strict JSON, or not JSON labkit will hold.
 
-    def __init__(self, reason: str):
-        self.reason = reason
+    ``rule`` names the rule it broke (``no-nan-or-infinity``, ``unique-keys``, ...), so that a
+    caller can report it and a test can compare it; ``reason`` fits on one line.
+    """
+
+    def __init__(self, rule: str, reason: str):
+        self.rule, self.reason = rule, reason
         super().__init__(reason)
 
 
@@ -35,14 +39,14 @@ def canonical_json(value: object) -> str:
 
 
 def _refuse_constant(name: str) -> Any:
-    raise JsonProblem(f"{name} is not a JSON number")
+    raise JsonProblem("no-nan-or-infinity", f"{name} is not a JSON number")
 
 
 def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     seen: dict[str, Any] = {}
     for key, value in pairs:
         if key in seen:
-            raise JsonProblem(f"the key {key[:40]!r} appears twice in one object")
+            raise JsonProblem("unique-keys", f"the key {key[:40]!r} appears twice in one object")
         seen[key] = value
     return seen
 
@@ -57,21 +61,21 @@ def strict_loads(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError:
-            raise JsonProblem("not UTF-8 text") from None
+            raise JsonProblem("utf-8", "not UTF-8 text") from None
     else:
         text = data
     if text.startswith("\ufeff"):
-        raise JsonProblem("starts with a byte-order mark, which JSON does not allow")
+        raise JsonProblem("no-byte-order-mark", "starts with a byte-order mark, which JSON does not allow")
     # Bound the nesting before parsing: the C parser recurses once per level.
     _check_depth(text, max_depth)
     try:
         value = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicates)
     except json.JSONDecodeError as error:
-        raise JsonProblem(f"not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
+        raise JsonProblem("json-syntax", f"not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
     except RecursionError:  # pragma: no cover - _check_depth bounds the depth first
-        raise JsonProblem(f"nested deeper than {max_depth} levels") from None
+        raise JsonProblem("nesting-depth", f"nested deeper than {max_depth} levels") from None
     except ValueError as error:  # Python's own limits, e.g. an integer of more than 4300 digits
-        raise JsonProblem(f"not JSON labkit can hold ({str(error).split(';')[0][:80]})") from None
+        raise JsonProblem("number-size", f"not JSON labkit can hold ({str(error).split(';')[0][:80]})") from None
     _check_text(value)
     return value
 
@@ -83,7 +87,7 @@ def _check_text(value: Any) -> None:
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
-            raise JsonProblem("a string holds a lone surrogate, which is not Unicode text") from None
+            raise JsonProblem("unicode-text", "a string holds a lone surrogate, which is not Unicode text") from None
     elif isinstance(value, dict):
         for key, item in value.items():
             _check_text(key)
@@ -112,6 +116,6 @@ def _check_depth(text: str, max_depth: int) -> None:
         elif char in "[{":
             depth += 1
             if depth > max_depth:
-                raise JsonProblem(f"nested deeper than {max_depth} levels")
+                raise JsonProblem("nesting-depth", f"nested deeper than {max_depth} levels")
         elif char in "]}":
             depth -= 1

@@ -182,10 +182,10 @@ class CallLog:
 def _parse_call(number: int, raw: bytes) -> ProviderCall:
     entry = strict_loads(raw, max_depth=1)
     if not isinstance(entry, dict) or set(entry) != {"incident", "outcome", "response_bytes"}:
-        raise JsonProblem("not an object with incident, outcome and response_bytes")
+        raise JsonProblem("call-shape", "not an object with incident, outcome and response_bytes")
     incident, outcome, size = entry["incident"], entry["outcome"], entry["response_bytes"]
     if not isinstance(incident, str) or not isinstance(outcome, str) or type(size) is not int or size < 0:
-        raise JsonProblem("a field has the wrong type")
+        raise JsonProblem("call-shape", "a field has the wrong type")
     return ProviderCall(number, incident, outcome, size)
 
 
