@@ -19,8 +19,22 @@ from pathlib import Path
 from .errors import EvidenceRejected
 from .jsontext import JsonProblem, strict_loads
 
-CONTRACT = "queue-evidence/1"
-SCHEMA_PATH = Path(__file__).parent / "schemas" / "queue-evidence-1.schema.json"
+CONTRACT = "queue-evidence/2"
+#: Every contract revision labkit has shipped, with its schema file: stored evidence says which
+#: revision accepted it, so it can be re-checked against that one (revision 1's file stays).
+SCHEMAS = {
+    "queue-evidence/1": Path(__file__).parent / "schemas" / "queue-evidence-1.schema.json",
+    "queue-evidence/2": Path(__file__).parent / "schemas" / "queue-evidence-2.schema.json",
+}
+SCHEMA_PATH = SCHEMAS[CONTRACT]
+
+
+def schema_for(contract_id: str) -> Path:
+    """The schema file of contract revision ``contract_id``; ValueError for one labkit never shipped."""
+    if not isinstance(contract_id, str) or contract_id not in SCHEMAS:
+        raise ValueError(f"unknown evidence contract {contract_id!r}: labkit knows {', '.join(SCHEMAS)}")
+    return SCHEMAS[contract_id]
+
 
 #: Evidence is stored inline, so it is bounded. A queue snapshot is about 1 KB; a response
 #: sixteen times that is not a diagnosis, it is a dump (see 11_capacity_and_retention).
@@ -83,7 +97,7 @@ def _describe(error) -> tuple[str, str, str]:
 def _what(error) -> tuple[str, str]:
     path = [str(part) for part in error.absolute_path]
     if error.validator == "required":
-        missing = sorted(set(error.validator_value) - set(error.instance))
+        missing = [name for name in error.validator_value if name not in error.instance]  # in the contract's order
         return ".".join(path + missing[:1]), "is missing"
     if error.validator == "additionalProperties":
         extras = sorted(set(error.instance) - set(error.schema.get("properties", {})))

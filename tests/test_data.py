@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -15,14 +16,27 @@ from labkit.provider import diagnose
 DATA = Path(labkit.__file__).resolve().parent.parent / "data"
 FILES = sorted((DATA / "incidents").glob("*.json"))
 IDS = [path.stem for path in FILES]
+#: What actually happened can only be one of these (rules revision 2 may also say disk_alarm or unknown).
 KINDS = {"consumer_outage", "consumer_lag", "poison_message", "stuck_consumer", "memory_alarm", "false_alarm"}
+RULE_KINDS = KINDS | {"disk_alarm", "unknown"}
 RATES = ("publish_details", "deliver_get_details", "ack_details", "redeliver_details")
+NODE_FIELDS = ("name", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit", "disk_free_alarm")
+#: The states RabbitMQ 3.13 reports, by queue type (there is no "idle").
+STATES = {"classic": {"running", "flow", "crashed", "stopped"}, "quorum": {"running", "minority", "down", "recovering"}}
+#: The delivery acknowledgement timeout when the queue does not set x-consumer-timeout: 30 minutes.
+DEFAULT_CONSUMER_TIMEOUT_MS = 30 * 60 * 1000
+#: A classic queue keeps messages on disk (3.12+), a few thousand at most in memory, bodies never in the process.
+CLASSIC_QUEUE_MEMORY_MAX = 16 * 1024 * 1024
+#: A quorum queue keeps at least 32 bytes of metadata a message in memory.
+QUORUM_BYTES_PER_MESSAGE = 32
 
-#: Every field of a snapshot that the reference provider reads (provider._answer and diagnose).
+#: Every field of a snapshot that the reference provider reads (provider.observation_of and the rules),
+#: apart from the fields of each entry of `nodes` (NODE_FIELDS) and the optional queue.idle_since.
 PROVIDER_FIELDS = [
     "incident", "opened_at",
-    "node.name", "node.mem_alarm", "node.disk_free_alarm",
-    "queue.name", "queue.vhost", "queue.type", "queue.state", "queue.consumers", "queue.consumer_capacity",
+    "node.name", "node.mem_alarm", "node.disk_free_alarm", "nodes",
+    "queue.name", "queue.vhost", "queue.type", "queue.state", "queue.arguments", "queue.consumers",
+    "queue.consumer_capacity", "queue.messages", "queue.messages_details.rate",
     "queue.messages_ready", "queue.messages_unacknowledged",
     *(f"queue.message_stats.{rate}.rate" for rate in RATES),
 ]
@@ -62,9 +76,11 @@ def test_each_incident_is_a_consistent_rabbitmq_snapshot(path):
         assert isinstance(queue[count], int) and not isinstance(queue[count], bool) and queue[count] >= 0, count
     assert queue["messages"] == queue["messages_ready"] + queue["messages_unacknowledged"]
     assert 0 <= queue["consumer_capacity"] <= 1
-    assert queue["type"] in ("classic", "quorum") and queue["state"] in ("running", "idle", "flow")
+    assert queue["type"] in STATES and queue["state"] in STATES[queue["type"]], queue["state"]
     assert queue["node"] == node["name"]
     assert isinstance(node["mem_alarm"], bool) and isinstance(node["disk_free_alarm"], bool)
+    assert isinstance(queue["arguments"], dict)
+    assert isinstance(queue["messages_details"]["rate"], (int, float))
     for rate in RATES:
         value = queue["message_stats"][rate]["rate"]
         assert isinstance(value, (int, float)) and value >= 0, rate
@@ -72,11 +88,83 @@ def test_each_incident_is_a_consistent_rabbitmq_snapshot(path):
         assert isinstance(counter, int) and counter >= value, f"cumulative {rate} is smaller than its rate"
 
 
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_nodes_list_the_whole_cluster_and_alarms_follow_the_watermarks(path):
+    snapshot = load(path)
+    nodes = snapshot["nodes"]
+    names = [node["name"] for node in nodes]
+    assert len(nodes) >= 3 and len(set(names)) == len(names)
+    assert [node for node in nodes if node["name"] == snapshot["queue"]["node"]] == [snapshot["node"]], "node is the host's entry"
+    cluster = snapshot["broker"]["cluster_name"].removeprefix("rabbit@")
+    for node in nodes:
+        assert tuple(node) == NODE_FIELDS
+        assert node["name"].startswith(f"rabbit@{cluster}-")
+        assert all(type(node[f]) is int and node[f] > 0 for f in ("mem_used", "mem_limit", "disk_free", "disk_free_limit"))
+        assert node["mem_alarm"] is (node["mem_used"] > node["mem_limit"]), f"{node['name']}: the memory alarm is the watermark"
+        assert node["disk_free_alarm"] is (node["disk_free"] < node["disk_free_limit"]), f"{node['name']}: the disk alarm too"
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_messages_are_conserved(path):
+    """d(messages)/dt = publish - ack, to the rates' rounding; the rest is dead-lettered at a delivery limit."""
+    queue = load(path)["queue"]
+    stats = queue["message_stats"]
+    publish, ack, redeliver = (stats[f"{name}_details"]["rate"] for name in ("publish", "ack", "redeliver"))
+    unexplained = publish - ack - queue["messages_details"]["rate"]
+    if queue["type"] == "quorum" and "x-delivery-limit" in queue["arguments"]:
+        assert unexplained >= -0.15 and (unexplained <= 0.15 or redeliver > 0), "only redelivered messages reach the limit"
+    else:
+        assert abs(unexplained) <= 0.15, f"{unexplained:.2f}/s of messages are unaccounted for"
+    if queue["messages"] == 0:
+        assert queue["messages_details"]["rate"] <= 0
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_consumer_capacity_is_what_rabbitmq_would_compute(path):
+    """0 without consumers; low while messages wait and every prefetch slot is full."""
+    queue = load(path)["queue"]
+    if queue["consumers"] == 0:
+        assert queue["consumer_capacity"] == 0
+    elif queue["messages_ready"] > queue["messages_unacknowledged"]:
+        assert queue["consumer_capacity"] <= 0.5, "a standing backlog with full prefetch: the queue can rarely deliver at once"
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_queue_memory_is_plausible_for_its_type(path):
+    queue = load(path)["queue"]
+    if queue["type"] == "classic":
+        assert queue["memory"] <= CLASSIC_QUEUE_MEMORY_MAX, "since 3.12 a classic queue keeps its messages on disk"
+    else:
+        assert queue["memory"] >= QUORUM_BYTES_PER_MESSAGE * queue["messages"]
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_no_delivery_is_held_past_its_consumer_timeout(path):
+    snapshot = load(path)
+    held = re.search(r"no acks for (\d+)m", snapshot["alert"])
+    timeout = snapshot["queue"]["arguments"].get("x-consumer-timeout", DEFAULT_CONSUMER_TIMEOUT_MS)
+    if held:
+        assert int(held.group(1)) * 60_000 < timeout, "RabbitMQ would have closed the channel and requeued the delivery"
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_idle_since_is_a_3_13_timestamp_before_the_alert(path):
+    snapshot = load(path)
+    queue = snapshot["queue"]
+    if "idle_since" not in queue:
+        return
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d", queue["idle_since"])
+    assert queue["state"] == "running"
+    opened = datetime.fromisoformat(snapshot["opened_at"].replace("Z", "+00:00"))
+    assert datetime.fromisoformat(queue["idle_since"]) <= opened
+
+
+@pytest.mark.parametrize("revision", [1, 2])
 @pytest.mark.parametrize("incident", IDS)
-def test_each_provider_response_passes_the_evidence_contract(incident, tmp_path):
-    raw = labkit.ReferenceProvider(tmp_path / "calls.jsonl").read(incident)
+def test_each_provider_response_passes_the_evidence_contract(incident, revision, tmp_path):
+    raw = labkit.ReferenceProvider(tmp_path / "calls.jsonl", rules_revision=revision).read(incident)
     body = labkit.check_evidence(raw, incident)
-    assert body["incident"] == incident and body["diagnosis"]["kind"] in KINDS
+    assert body["incident"] == incident and body["diagnosis"]["kind"] in (KINDS if revision == 1 else RULE_KINDS)
 
 
 def test_ground_truth_covers_every_incident_once_with_a_known_kind():
@@ -90,7 +178,7 @@ def test_ground_truth_covers_every_incident_once_with_a_known_kind():
 
 
 def test_the_reference_rules_are_wrong_exactly_where_the_readme_says():
-    """README: the rules agree with ground truth on 12 of 14; INC-1007 and INC-1011 are the misses."""
+    """README: rules revision 1 agrees with ground truth on 12 of 14; INC-1007 and INC-1011 are the misses."""
     truth = {row["incident"]: row["kind"] for row in ground_truth()}
     guessed = {path.stem: diagnose(load(path))["kind"] for path in FILES}
     misses = {i: (truth[i], guessed[i]) for i in IDS if truth[i] != guessed[i]}
@@ -101,13 +189,20 @@ def test_readme_documents_every_field_the_provider_uses():
     readme = (DATA / "README.md").read_text(encoding="utf-8")
     documented = set(re.findall(r"`([^`]+)`", readme))
     missing = []
-    for name in PROVIDER_FIELDS:
+    for name in [*PROVIDER_FIELDS, "queue.idle_since", *(f"nodes[].{field}" for field in NODE_FIELDS)]:
         if name in documented:
             continue
         if name.startswith("queue.message_stats.") and "queue.message_stats.*_details.rate" in documented:
             continue
         missing.append(name)
     assert missing == []
+
+
+def test_readme_says_what_3_13_returns_and_cites_its_sources():
+    readme = (DATA / "README.md").read_text(encoding="utf-8")
+    assert "`consumer_utilisation`" in readme and "still returns" in readme
+    sources = readme.split("## Sources", 1)[1]
+    assert len(re.findall(r"https://www\.rabbitmq\.com/docs/3\.13/", sources)) >= 5
 
 
 def test_readme_table_agrees_with_ground_truth():
