@@ -13,6 +13,8 @@ The modules mirror the architecture in the lab's design:
 - :mod:`labkit.invariants`: the seven invariants checked after crash and recovery
 - :mod:`labkit.status`: what ``status --json`` reports, reads counted from the provider's log
 
+- :mod:`labkit.assessments`: what was concluded from evidence, with its decision inputs; re-evaluation
+- :mod:`labkit.versioning`: workflow versions and the explicit, logged migration between them
 - :mod:`labkit.jsontext`: canonical JSON out, strict JSON in
 - :mod:`labkit.errors`: every error, as bad input (exit 2) or a run-time failure (exit 1)
 
@@ -21,6 +23,7 @@ and, for lessons: :mod:`labkit.naive` (deliberately broken variants that 04 and 
 (a lesson's own temporary database), :mod:`labkit.display` (pandas tables).
 """
 
+from .assessments import Assessment, reevaluate
 from .clock import SystemClock, TickingClock
 from .contract import CONTRACT, MAX_RESPONSE_BYTES, check_evidence
 from .coordinator import WORKFLOW_VERSION, Coordinator, DriveResult
@@ -60,12 +63,23 @@ from .errors import (
 )
 from .invariants import check_invariants
 from .processes import PausedRun, labkit_cli, race, run_in_child
-from .provider import CallLog, ReadAdapter, ReferenceProvider, call_log_for, diagnose, list_incidents
+from .provider import (
+    CallLog,
+    ReadAdapter,
+    ReferenceProvider,
+    RulesInputMissing,
+    UnknownRulesRevision,
+    assess,
+    call_log_for,
+    diagnose,
+    list_incidents,
+)
 from .receipts import Receipt
 from .recovery import Resumed, recover
 from .status import status_of
 from .steps import Step
 from .store import SCHEMA_VERSION, Evidence, Run, connect, connect_readonly
+from .versioning import SUPPORTED_VERSIONS, Migration, MigrationRefused, UnsupportedVersion, migrate, migration_log
 from .workspace import Workspace
 
 __version__ = "0.1.0"
@@ -86,8 +100,10 @@ __all__ = [
     # the workflow
     "CallLog", "Coordinator", "CrashPlan", "CrashPoint", "DriveResult", "Evidence", "ReadAdapter", "Receipt",
     "ReferenceProvider", "Resumed", "Run", "Step", "SystemClock", "TickingClock",
-    "call_log_for", "check_evidence", "check_invariants", "connect", "connect_readonly", "diagnose", "list_incidents",
+    "assess", "call_log_for", "check_evidence", "check_invariants", "connect", "connect_readonly", "diagnose", "list_incidents",
     "read_transaction", "recover", "status_of", "transaction", "write_lock",
+    # versions: of the workflow (migrate) and of the decision inputs (reevaluate)
+    "Assessment", "Migration", "SUPPORTED_VERSIONS", "migrate", "migration_log", "reevaluate",
     # for lessons
     "PausedRun", "Workspace", "labkit_cli", "race", "run_in_child",
     # errors: two families under LabError, and the one programming error
@@ -95,6 +111,7 @@ __all__ = [
     "BadClock", "BadDatabasePath", "CorruptCallLog", "DataFolderMissing", "DatabaseDamaged", "DatabaseFolderMissing",
     "DatabaseMissing", "EvidenceRejected", "InconsistentRun", "NotADatabase", "NotALabDatabase", "NotARegularFile",
     "ReceiptConflict", "RuleViolation", "SchemaVersionMismatch", "StepOrderError", "UnknownBug", "UnknownCrashPoint",
-    "UnknownIncident", "UnknownRun", "WorkflowVersionMismatch",
+    "UnknownIncident", "UnknownRun", "WorkflowVersionMismatch", "MigrationRefused", "UnsupportedVersion",
+    "RulesInputMissing", "UnknownRulesRevision",
     "DatabaseUnavailable", "InjectedFailure", "ProviderUnavailable", "StaleTransition",
 ]

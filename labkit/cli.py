@@ -5,6 +5,9 @@
     python -m labkit recover --db PATH [--bug NAME]
     python -m labkit status --db PATH [--json]
     python -m labkit crash-points
+    python -m labkit migrate --db PATH --to VERSION --reason TEXT
+    python -m labkit migrations --db PATH [--json]
+    python -m labkit reevaluate --db PATH --incident ID --reason TEXT [--rules-revision N]
     python -m labkit reset [--lesson NN]
 
 Exit codes: 0 done; 2 bad input (one line on stderr naming the problem; nothing changed);
@@ -24,7 +27,9 @@ import sys
 from contextlib import closing
 from pathlib import Path
 
+from .assessments import reevaluate
 from .clock import clock_from_env
+from .coordinator import WORKFLOW_VERSION
 from .crashpoints import CRASH_POINTS, CrashPlan, check_point
 from .database import busy_timeout_ms, check_path, read_transaction, translate
 from .errors import EXIT_BAD_INPUT, EXIT_FAILURE, LabError, UnknownIncident, shown
@@ -33,6 +38,7 @@ from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, 
 from .recovery import Resumed, recover
 from .status import status_of
 from .store import connect, latest_time_txn
+from .versioning import check_supported, migrate, migration_log
 from .workspace import reset
 
 
@@ -78,9 +84,23 @@ def _parser() -> argparse.ArgumentParser:
     stop.add_argument("--pause-at", metavar="POINT", action=_Once,
                       help="for lessons and tests: at POINT print 'paused at POINT' and wait for a line on stdin")
     _add_bug_option(run)
+    _add_version_option(run)
     rec = commands.add_parser("recover", help="resume every unfinished run from its recorded step", allow_abbrev=False)
     rec.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database")
     _add_bug_option(rec)
+    _add_version_option(rec)
+    mig = commands.add_parser("migrate", help="move every run of the previous workflow version to VERSION, logged", allow_abbrev=False)
+    mig.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database")
+    mig.add_argument("--to", required=True, type=int, action=_Once, metavar="VERSION", help="the workflow version to move runs to")
+    mig.add_argument("--reason", required=True, action=_Once, help="why: the migration log keeps it")
+    log = commands.add_parser("migrations", help="the migration log", allow_abbrev=False)
+    log.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database (read only)")
+    log.add_argument("--json", action="store_true", help="print one JSON object")
+    ree = commands.add_parser("reevaluate", help="a new assessment of a run's stored evidence, beside the original", allow_abbrev=False)
+    ree.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database")
+    ree.add_argument("--incident", required=True, action=_Once)
+    ree.add_argument("--reason", required=True, action=_Once, help="why: the assessment keeps it")
+    ree.add_argument("--rules-revision", type=int, action=_Once, metavar="N", help="the rules revision to apply (default: the newest)")
     status = commands.add_parser("status", help="every run with its step, receipts and provider reads", allow_abbrev=False)
     status.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database (read only)")
     status.add_argument("--json", action="store_true", help="print one JSON object")
@@ -91,6 +111,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     reset.add_argument("--lesson", metavar="NN", action=_Once, help="only this lesson, e.g. 04")
     return parser
+
+
+def _add_version_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--workflow-version", type=int, action=_Once, metavar="N", default=None,
+        help=f"for lessons and tests: run as the release of workflow version N (default {WORKFLOW_VERSION})",
+    )
 
 
 def _add_bug_option(command: argparse.ArgumentParser) -> None:
@@ -162,6 +189,7 @@ def _provider(db: Path) -> ReferenceProvider:
 def _run(args) -> int:
     # Every check of the input comes before the database is created: bad input changes nothing.
     plan = _crash_plan(args)
+    version = _version(args)
     coordinator_type = coordinator_class(args.bug)
     provider = _provider(args.db)
     known = provider.incidents()
@@ -170,7 +198,7 @@ def _run(args) -> int:
     with closing(connect(args.db)) as conn:
         with read_transaction(conn):
             latest = latest_time_txn(conn)
-        coordinator = coordinator_type(conn, provider, clock=clock_from_env(after=latest), crash=plan)
+        coordinator = coordinator_type(conn, provider, clock=clock_from_env(after=latest), crash=plan, workflow_version=version)
         run = coordinator.start(args.incident)
         # flush: a crash point kills the process, and unflushed lines would vanish with it
         print(f"{args.incident}: recorded step is {run.step}", flush=True)
@@ -183,6 +211,7 @@ def _run(args) -> int:
 
 
 def _recover(args) -> int:
+    version = _version(args)
     coordinator_type = coordinator_class(args.bug)
     check_path(args.db, must_exist=True)  # recovering a mistyped path must not create a database
     provider = _provider(args.db)
@@ -195,12 +224,55 @@ def _recover(args) -> int:
         else:
             print(f"resumed {result.incident} from {result.from_step}: {result.outcome}", flush=True)
 
-    results = recover(args.db, provider, clock=clock_from_env(after=latest), progress=report, coordinator_class=coordinator_type)
+    results = recover(
+        args.db, provider, clock=clock_from_env(after=latest), progress=report, coordinator_class=coordinator_type,
+        workflow_version=version,
+    )
     completed = sum(result.completed for result in results)
     failed = [result.error for result in results if result.error is not None]
     summary = f"recovered {completed} run{'s' if completed != 1 else ''}"
     print(summary + (f", {len(failed)} failed" if failed else ""))
     return max((error.exit_code for error in failed), default=0)
+
+
+def _version(args) -> int:
+    return check_supported(args.workflow_version) if args.workflow_version is not None else WORKFLOW_VERSION
+
+
+def _clock_after_latest(db: Path):
+    with closing(connect(db, create=False)) as conn, read_transaction(conn):
+        return clock_from_env(after=latest_time_txn(conn))
+
+
+def _migrate(args) -> int:
+    check_path(args.db, must_exist=True)
+    done = migrate(args.db, args.to, args.reason, _clock_after_latest(args.db))
+    if done is None:
+        print(f"no run of workflow version {args.to - 1}: nothing migrated, nothing logged")
+        return 0
+    print(f"migrated {len(done.runs)} run{'s' if len(done.runs) != 1 else ''} from workflow version {done.from_version} to "
+          f"{done.to_version}: {', '.join(done.runs)}")
+    print(f"logged as migration {done.seq}: {done.reason}")
+    return 0
+
+
+def _migrations(args) -> int:
+    log = migration_log(args.db)
+    if args.json:
+        print(json.dumps({"migrations": [vars(entry) for entry in log]}, sort_keys=True))
+        return 0
+    print(f"{'seq':>3} {'from':>4} {'to':>3} {'at':<20} {'runs':>4}  reason")
+    for entry in log:
+        print(f"{entry.seq:>3} {entry.from_version:>4} {entry.to_version:>3} {entry.at:<20} {len(entry.runs):>4}  {entry.reason}")
+    return 0
+
+
+def _reevaluate(args) -> int:
+    check_path(args.db, must_exist=True)
+    new = reevaluate(args.db, args.incident, args.reason, _clock_after_latest(args.db), args.rules_revision)
+    changed = ", ".join(new.changed) or "nothing"
+    print(f"{args.incident}: assessment {new.seq} by rules revision {new.rules_revision}: {new.kind} (decision inputs changed: {changed})")
+    return 0
 
 
 def _status(args) -> int:
@@ -233,5 +305,6 @@ def _reset(args) -> int:
 
 
 COMMANDS = {
-    "incidents": _incidents, "run": _run, "recover": _recover, "status": _status, "crash-points": _crash_points, "reset": _reset,
+    "incidents": _incidents, "run": _run, "recover": _recover, "status": _status, "crash-points": _crash_points,
+    "migrate": _migrate, "migrations": _migrations, "reevaluate": _reevaluate, "reset": _reset,
 }

@@ -18,6 +18,7 @@ import sqlite3
 from dataclasses import dataclass
 
 from . import contract
+from .assessments import latest_assessment_txn
 from .clock import Clock, SystemClock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import read_transaction, transaction
@@ -27,10 +28,26 @@ from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
 from .steps import Step
 from .store import Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn, store_evidence_txn
+from .versioning import CURRENT_VERSION, check_supported
 
-#: The control flow this code implements. Bump it when a step changes meaning; runs stored
-#: under the old number are then refused until migrated (08_versioning).
-WORKFLOW_VERSION = 1
+#: The control flow this code implements. Bumped when a step changes meaning; runs stored
+#: under the old number are then refused until migrated (labkit.versioning, 08_versioning).
+#: Version 2 records the decision inputs and an assessment with the evidence, and builds
+#: the report from the latest assessment.
+WORKFLOW_VERSION = CURRENT_VERSION
+
+
+def decision_inputs_of(provider: ReadAdapter) -> dict[str, object]:
+    """The adapter's decision inputs (provider, rules or model revision, prompt revision).
+
+    Asked of the adapter, never of its answer: what a provider says about itself is data.
+    An adapter that does not tell is recorded under its class name.
+    """
+    inputs = getattr(provider, "decision_inputs", None)
+    if isinstance(inputs, dict):
+        return {"provider": inputs.get("provider"), "rules_revision": inputs.get("rules_revision"),
+                "prompt_revision": inputs.get("prompt_revision")}
+    return {"provider": type(provider).__name__, "rules_revision": None, "prompt_revision": None}
 
 
 @dataclass(frozen=True)
@@ -68,7 +85,7 @@ class Coordinator:
         self.provider = provider
         self.clock = clock or SystemClock()
         self.crash = crash
-        self.workflow_version = workflow_version
+        self.workflow_version = check_supported(workflow_version)
 
     def check_version(self, run: Run) -> Run:
         """The one workflow-version check: a run written by another version is refused.
@@ -120,7 +137,12 @@ class Coordinator:
             raw = self.provider.read(incident)
             self.crash.reached(CrashPoint.AFTER_READ, self.conn)
             body = contract.check_evidence(raw, incident)
-            store_evidence_txn(self.conn, incident, contract.CONTRACT, body, self.clock)
+            # The previous release (workflow version 1) recorded neither decision inputs nor an assessment.
+            current = self.workflow_version >= 2
+            store_evidence_txn(
+                self.conn, incident, contract.CONTRACT, body, self.clock, decision_inputs_of(self.provider) if current else None,
+                record_assessment=current,
+            )
             run = advance_txn(self.conn, run, Step.EVIDENCE_RECORDED, self.clock)
             self.crash.reached(CrashPoint.BEFORE_EVIDENCE_COMMIT, self.conn)
         self.crash.reached(CrashPoint.AFTER_EVIDENCE_COMMIT, self.conn)
@@ -150,8 +172,14 @@ class Coordinator:
                 raise InconsistentRun(incident, "it is at evidence_recorded but has no evidence")
             if stored is not None:
                 raise InconsistentRun(incident, "it is at evidence_recorded but already has a receipt")
+            assessment = None
+            if self.workflow_version >= 2:  # the report says what the latest assessment concluded
+                assessment = latest_assessment_txn(self.conn, incident)
+                if assessment is None:
+                    raise InconsistentRun(incident, "it is at evidence_recorded under workflow version 2 but has no assessment")
             self.crash.reached(CrashPoint.BEFORE_RECEIPT_WRITE, self.conn)
-            receipt = issue_receipt_txn(self.conn, incident, self.workflow_version, build_report(evidence), self.clock)
+            report = build_report(evidence, assessment)
+            receipt = issue_receipt_txn(self.conn, incident, self.workflow_version, report, self.clock)
             advance_txn(self.conn, run, Step.REPORT_COMPLETED, self.clock)
             self.crash.reached(CrashPoint.BEFORE_COMPLETION_COMMIT, self.conn)
         self.crash.reached(CrashPoint.AFTER_COMPLETION_COMMIT, self.conn)

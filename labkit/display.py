@@ -87,3 +87,18 @@ def status_frame(db: str | Path) -> pd.DataFrame:
     runs = status_of(db)["runs"]
     columns = ["incident", "workflow_version", "step", "evidence", "receipts", "provider_reads"]
     return pd.DataFrame([{c: run[c] for c in columns} for run in runs], columns=columns)
+
+
+def assessments_frame(db: str | Path, incident: str | None = None) -> pd.DataFrame:
+    """Every assessment, oldest first: what was concluded, by which decision inputs, and why."""
+    where, params = ("WHERE incident = ?", (incident,)) if incident else ("", ())
+    sql = (
+        "SELECT incident, seq, origin, kind, provider, rules_revision, contract, COALESCE(reason, '') AS reason,"
+        f" changed, at FROM assessments {where} ORDER BY incident, seq"
+    )
+    return _query(db, sql, params)
+
+
+def migrations_frame(db: str | Path) -> pd.DataFrame:
+    """The migration log: which runs moved from which workflow version to which, when and why."""
+    return _query(db, "SELECT seq, from_version, to_version, runs, at, reason FROM migrations ORDER BY seq")

@@ -157,7 +157,8 @@ class WorkflowVersionMismatch(BadInput):
         self.incident, self.found, self.expected = incident, found, expected
         super().__init__(
             f"run {incident!r} was written by workflow version {found}, this coordinator runs version {expected}; "
-            "it needs an explicit migration, not a guess"
+            + (f"it needs an explicit migration (python -m labkit migrate --to {expected} --reason ...), not a guess"
+               if found < expected else "a newer release wrote it; this one cannot know what its step means")
         )
 
 

@@ -11,6 +11,7 @@ turns each of those into a :class:`JsonProblem` with a one-line reason.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 #: Deeper than this is not a queue diagnostic; it is an attack on the parser (07_evidence_contract).
@@ -51,6 +52,14 @@ def _refuse_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     return seen
 
 
+def _finite_float(text: str) -> float:
+    """A JSON number that a double cannot hold (``1e400``) would become ``inf``: refuse it."""
+    value = float(text)
+    if math.isinf(value):
+        raise JsonProblem("number-size", f"the number {text[:20]} is too large for a double")
+    return value
+
+
 def strict_loads(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
     """Parse strict JSON: UTF-8, no NaN or Infinity, no duplicated keys, nesting bounded.
 
@@ -69,7 +78,11 @@ def strict_loads(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
     # Bound the nesting before parsing: the C parser recurses once per level.
     _check_depth(text, max_depth)
     try:
-        value = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicates)
+        value = json.loads(
+            text, parse_constant=_refuse_constant, object_pairs_hook=_refuse_duplicates, parse_float=_finite_float
+        )
+    except JsonProblem:
+        raise  # a hook's own refusal (NaN, a duplicated key, a number too large) keeps its rule
     except json.JSONDecodeError as error:
         raise JsonProblem("json-syntax", f"not JSON ({error.msg} at line {error.lineno} column {error.colno})") from None
     except RecursionError:  # pragma: no cover - _check_depth bounds the depth first

@@ -34,6 +34,7 @@ def status_of(db: str | Path) -> dict:
                 "evidence": has_evidence_txn(conn, run.incident),
                 "receipts": conn.execute("SELECT COUNT(*) FROM receipts WHERE incident = ?", (run.incident,)).fetchone()[0],
                 "receipt_id": receipt_id_txn(conn, run.incident),
+                "assessments": conn.execute("SELECT COUNT(*) FROM assessments WHERE incident = ?", (run.incident,)).fetchone()[0],
             }
             for run in list_runs_txn(conn)
         ]

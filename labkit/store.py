@@ -20,11 +20,13 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from typing import Any
 
-from . import receipts
+from . import assessments, receipts, versioning
 from .clock import Clock
 from .database import (
     check_path,
@@ -89,6 +91,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
               OR NEW.version IS NOT OLD.version + 1
             BEGIN SELECT RAISE(ABORT, 'a run''s step may only move one step forward, its version by one'); END""",
         f"PRAGMA application_id = {APPLICATION_ID}",
+    ),
+    (
+        # Decision inputs beside each piece of evidence (NULL on rows from before them), the
+        # assessments made from evidence, and the log of workflow-version migrations
+        # (08_versioning). The two tables' DDL lives with the code that owns their rules.
+        "ALTER TABLE evidence ADD COLUMN provider TEXT",
+        "ALTER TABLE evidence ADD COLUMN rules_revision INTEGER",
+        "ALTER TABLE evidence ADD COLUMN prompt_revision TEXT",
+        assessments.ASSESSMENTS_TABLE_V3,
+        versioning.MIGRATIONS_TABLE_V3,
     ),
 )
 
@@ -224,13 +236,20 @@ class Run:
 
 @dataclass(frozen=True)
 class Evidence:
-    """A committed, contract-checked provider response."""
+    """A committed, contract-checked provider response, with the decision inputs that produced it.
+
+    ``provider``, ``rules_revision`` and ``prompt_revision`` come from the read adapter, not
+    from its answer; they are None on evidence recorded before labkit stored them.
+    """
 
     incident: str
     contract: str
     body: dict
     digest: str
     recorded_at: str
+    provider: str | None = None
+    rules_revision: int | None = None
+    prompt_revision: str | None = None
 
 
 def evidence_digest(body: dict) -> str:
@@ -298,17 +317,43 @@ def advance_txn(conn: sqlite3.Connection, run: Run, to: Step, clock: Clock) -> R
     return Run(run.incident, run.workflow_version, to, run.version + 1, run.created_at, at)
 
 
-def store_evidence_txn(conn: sqlite3.Connection, incident: str, contract: str, body: dict, clock: Clock) -> Evidence:
-    """Record contract-checked evidence; its digest is computed here, from exactly what is stored."""
+def store_evidence_txn(
+    conn: sqlite3.Connection,
+    incident: str,
+    contract: str,
+    body: dict,
+    clock: Clock,
+    inputs: Mapping[str, object] | None = None,
+    *,
+    record_assessment: bool = True,
+) -> Evidence:
+    """Record contract-checked evidence and, with it, the original assessment it carries.
+
+    The digest is computed here, from exactly what is stored. ``inputs`` are the read
+    adapter's decision inputs (provider, rules_revision, prompt_revision). The assessment
+    (the response's diagnosis, with those inputs and the contract revision) is what a
+    workflow-version-2 completion builds its report from; the previous release
+    (workflow version 1) did not record one (``record_assessment=False``).
+    """
     require_write_transaction(conn, "store_evidence_txn")
+    inputs = dict(inputs or {})
     text = canonical_json(body)
     digest = _sha256(text)
     at = clock.now()
+    provider, rules, prompt = inputs.get("provider"), inputs.get("rules_revision"), inputs.get("prompt_revision")
     conn.execute(
-        "INSERT INTO evidence (incident, contract, body, digest, recorded_at) VALUES (?, ?, ?, ?, ?)",
-        (incident, contract, text, digest, at),
+        "INSERT INTO evidence (incident, contract, body, digest, recorded_at, provider, rules_revision, prompt_revision)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (incident, contract, text, digest, at, provider, rules, prompt),
     )
-    return Evidence(incident, contract, body, digest, at)
+    evidence = Evidence(incident, contract, body, digest, at, *(_typed(provider, str), _typed(rules, int), _typed(prompt, str)))
+    if record_assessment and isinstance(body.get("diagnosis"), dict):
+        assessments.record_assessment_txn(conn, incident, "inspection", body["diagnosis"], {**inputs, "contract": contract}, clock)
+    return evidence
+
+
+def _typed(value: object, kind: type) -> Any:
+    return value if isinstance(value, kind) and not isinstance(value, bool) else None
 
 
 def load_evidence_txn(conn: sqlite3.Connection, incident: str) -> Evidence | None:
@@ -322,7 +367,10 @@ def load_evidence_txn(conn: sqlite3.Connection, incident: str) -> Evidence | Non
         raise InconsistentRun(incident, f"its evidence row is damaged ({problem.reason})") from None
     if not isinstance(body, dict) or _sha256(row["body"]) != row["digest"]:
         raise InconsistentRun(incident, "its evidence row does not match its digest")
-    return Evidence(row["incident"], row["contract"], body, row["digest"], row["recorded_at"])
+    return Evidence(
+        row["incident"], row["contract"], body, row["digest"], row["recorded_at"],
+        row["provider"], row["rules_revision"], row["prompt_revision"],
+    )
 
 
 def has_evidence_txn(conn: sqlite3.Connection, incident: str) -> bool:
@@ -338,11 +386,12 @@ def latest_time_txn(conn: sqlite3.Connection) -> str | None:
     """The latest timestamp written to the database (ISO strings sort in time order)."""
     return conn.execute(
         "SELECT MAX(at) FROM (SELECT MAX(at) AS at FROM transitions UNION ALL SELECT MAX(recorded_at) FROM evidence"
-        " UNION ALL SELECT MAX(issued_at) FROM receipts)"
+        " UNION ALL SELECT MAX(issued_at) FROM receipts UNION ALL SELECT MAX(at) FROM assessments"
+        " UNION ALL SELECT MAX(at) FROM migrations)"
     ).fetchone()[0]
 
 
-TABLES = ("runs", "evidence", "receipts", "transitions")
+TABLES = ("runs", "evidence", "receipts", "transitions", "assessments", "migrations")
 
 
 def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
@@ -352,4 +401,4 @@ def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple]]:
     while other processes commit.
     """
     with read_transaction(conn):
-        return {table: [tuple(row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1")] for table in TABLES}
+        return {table: [tuple(row) for row in conn.execute(f"SELECT * FROM {table} ORDER BY 1, 2")] for table in TABLES}

@@ -137,12 +137,12 @@ def test_another_programs_sqlite_database_is_left_byte_for_byte(user_version, wo
 
 def test_a_run_of_another_workflow_version_is_refused(lab, cli, refused, snapshot):
     with closing(lab.connect()) as conn:
-        future = lab.coordinator(conn, workflow_version=2)
-        future.start(INC)
-        future.inspect(INC)  # evidence_recorded under version 2: a tempting run to "finish"
+        previous = lab.coordinator(conn, workflow_version=1)
+        previous.start(INC)
+        previous.inspect(INC)  # evidence_recorded under version 1: a tempting run to "finish"
     before = snapshot(lab.db)
     for args in (("run", "--db", lab.db, "--incident", INC), ("recover", "--db", lab.db)):
-        refused(cli(*args), INC, "version 2", "version 1")
+        refused(cli(*args), INC, "version 1", "version 2", "migrate --to 2")
         assert snapshot(lab.db) == before, f"{args[0]} changed the database"
     assert lab.reads(INC) == 1
 

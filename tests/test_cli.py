@@ -112,7 +112,8 @@ def test_recover_says_what_it_resumed(lab, cli):
     lines = outcome.stdout.splitlines()
     assert lines[0].startswith("resumed INC-1001 from not_inspected: read the provider")
     assert lines[1].startswith("resumed INC-1002 from evidence_recorded: completed from committed evidence, no read")
-    assert receipt_id_for("INC-1001", 1) in lines[0] and receipt_id_for("INC-1002", 1) in lines[1]
+    version = labkit.WORKFLOW_VERSION
+    assert receipt_id_for("INC-1001", version) in lines[0] and receipt_id_for("INC-1002", version) in lines[1]
     assert lines[-1] == "recovered 2 runs"
 
 

@@ -378,13 +378,13 @@ def test_recovery_twice_changes_nothing(lab, conn, snapshot):
 
 
 def test_recovery_refuses_another_workflow_version_before_touching_anything(lab, conn, snapshot):
-    lab.coordinator(conn).start("INC-1001")                              # version 1, unfinished
-    lab.coordinator(conn, workflow_version=2).start("INC-1002")         # version 2, unfinished
+    lab.coordinator(conn).start("INC-1001")                              # version 2 (current), unfinished
+    lab.coordinator(conn, workflow_version=1).start("INC-1002")         # version 1, unfinished
     conn.close()
     before = snapshot(lab.db)
     with pytest.raises(labkit.WorkflowVersionMismatch) as caught:
         labkit.recover(lab.db, lab.provider(), clock=lab.clock)
-    assert (caught.value.incident, caught.value.found, caught.value.expected) == ("INC-1002", 2, 1)
+    assert (caught.value.incident, caught.value.found, caught.value.expected) == ("INC-1002", 1, 2)
     assert snapshot(lab.db) == before
 
 

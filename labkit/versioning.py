@@ -1,0 +1,172 @@
+"""Workflow versions, and the explicit, logged migration from one to the next.
+
+A run carries the workflow version that wrote it, and the coordinator refuses a run of
+another version everywhere (:meth:`labkit.Coordinator.check_version`): its step would
+mean what *that* release meant by it. Moving runs to a new version is a decision with a
+reason, made once, in one transaction, and written down: :func:`migrate`, and the log
+:func:`migration_log`.
+
+The versions labkit knows:
+
+- **1**, the previous release: inspect stores the evidence; completion builds the report
+  from the evidence's own diagnosis.
+- **2**, this release: inspect stores the evidence with its decision inputs and records
+  the original *assessment* beside it; completion builds the report from the run's latest
+  assessment (:mod:`labkit.assessments`).
+
+From 1 to 2 a run at ``not_inspected`` maps as it is (nothing was decided), and so does a
+run at ``report_completed`` (it is done; its receipt keeps what it said). A run at
+``evidence_recorded`` maps only if it has an assessment: version 2 would complete it from
+one, and inventing it is exactly the silent reinterpretation versions exist to prevent.
+Finish it under version 1 first, or re-evaluate it (which records one). Taught in
+08_versioning.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+from .clock import Clock
+from .database import read_transaction, require_write_transaction, transaction
+from .errors import BadInput
+from .jsontext import canonical_json
+from .steps import Step
+
+#: The workflow versions this labkit can run; the last is the current one.
+SUPPORTED_VERSIONS = (1, 2)
+CURRENT_VERSION = SUPPORTED_VERSIONS[-1]
+
+#: Schema version 3 (store.MIGRATIONS applies it once; never edited).
+MIGRATIONS_TABLE_V3 = """CREATE TABLE migrations (
+            seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+            from_version  INTEGER NOT NULL,
+            to_version    INTEGER NOT NULL,
+            runs          TEXT NOT NULL,   -- JSON list of the incidents moved
+            at            TEXT NOT NULL,
+            reason        TEXT NOT NULL
+        ) STRICT"""
+
+
+class UnsupportedVersion(BadInput):
+    def __init__(self, version: int, why: str):
+        self.version = version
+        super().__init__(f"workflow version {version}: {why} (this labkit knows versions {', '.join(map(str, SUPPORTED_VERSIONS))})")
+
+
+class MigrationRefused(BadInput):
+    """A run that the migration cannot map; nothing was migrated."""
+
+    def __init__(self, incident: str, step: str, from_version: int, to_version: int, why: str):
+        self.incident, self.step, self.from_version, self.to_version = incident, step, from_version, to_version
+        super().__init__(
+            f"cannot migrate run {incident!r} at {step} from workflow version {from_version} to {to_version}: {why}; nothing was migrated"
+        )
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One row of the migration log."""
+
+    seq: int
+    from_version: int
+    to_version: int
+    runs: list[str]
+    at: str
+    reason: str
+
+
+def check_supported(version: int) -> int:
+    if version not in SUPPORTED_VERSIONS:
+        raise UnsupportedVersion(version, "unknown")
+    return version
+
+
+def _why_not(conn: sqlite3.Connection, incident: str, step: Step, to_version: int) -> str | None:
+    """None if a run at ``step`` means the same under ``to_version``; otherwise why it does not."""
+    if to_version == 2 and step is Step.EVIDENCE_RECORDED:
+        has_assessment = conn.execute("SELECT 1 FROM assessments WHERE incident = ?", (incident,)).fetchone()
+        if has_assessment is None:
+            return (
+                "version 2 completes a run from its assessment, and this one has none; finish it under version 1 "
+                "(run --workflow-version 1) or re-evaluate it (reevaluate --reason ...), then migrate"
+            )
+    return None
+
+
+def migrate(
+    db: str | Path,
+    to_version: int,
+    reason: str,
+    clock: Clock,
+    *,
+    after_each: Callable[[str], None] | None = None,
+) -> Migration | None:
+    """Move every run of version ``to_version - 1`` to ``to_version``, all or none, and log it.
+
+    Refuses (:class:`MigrationRefused`, nothing changed) if any run cannot be mapped. Returns
+    the log row, or None when no run needed moving (nothing is logged then). ``after_each``
+    is called after each run is updated, inside the transaction: lessons and tests use it to
+    fail half way and show that the transaction leaves nothing half-migrated.
+    """
+    from .store import connect, list_runs_txn
+
+    check_supported(to_version)
+    if to_version == SUPPORTED_VERSIONS[0]:
+        raise UnsupportedVersion(to_version, "it is the first version: there is nothing to migrate to it from")
+    if not reason.strip():
+        raise BadInput("a migration needs a reason (--reason TEXT): it is a decision, and the log keeps it")
+    from_version = to_version - 1
+    with closing(connect(db, create=False)) as conn, transaction(conn):
+        runs = [run for run in list_runs_txn(conn) if run.workflow_version == from_version]
+        newer = [run for run in list_runs_txn(conn) if run.workflow_version > to_version]
+        if newer:
+            raise MigrationRefused(newer[0].incident, newer[0].step.value, newer[0].workflow_version, to_version,
+                                   "it is already past that version; migrations only go forward")
+        for run in runs:
+            why = _why_not(conn, run.incident, run.step, to_version)
+            if why:
+                raise MigrationRefused(run.incident, run.step.value, from_version, to_version, why)
+        if not runs:
+            return None
+        for run in runs:
+            _move_txn(conn, run.incident, from_version, to_version)
+            if after_each is not None:
+                after_each(run.incident)
+        return _log_txn(conn, from_version, to_version, [run.incident for run in runs], reason, clock)
+
+
+def _move_txn(conn: sqlite3.Connection, incident: str, from_version: int, to_version: int) -> None:
+    # Only the version changes: the step and the state version stay, since a migration is not
+    # a transition of the run, and the compare-and-set of its next step must still match.
+    require_write_transaction(conn, "_move_txn")
+    conn.execute(
+        "UPDATE runs SET workflow_version = ? WHERE incident = ? AND workflow_version = ?", (to_version, incident, from_version)
+    )
+
+
+def _log_txn(conn: sqlite3.Connection, from_version: int, to_version: int, runs: list[str], reason: str, clock: Clock) -> Migration:
+    require_write_transaction(conn, "_log_txn")
+    at = clock.now()
+    cursor = conn.execute(
+        "INSERT INTO migrations (from_version, to_version, runs, at, reason) VALUES (?, ?, ?, ?, ?)",
+        (from_version, to_version, canonical_json(runs), at, reason),
+    )
+    assert cursor.lastrowid is not None
+    return Migration(cursor.lastrowid, from_version, to_version, runs, at, reason)
+
+
+def migration_log(db: str | Path) -> list[Migration]:
+    """Every migration made on the database, oldest first."""
+    from .store import connect_readonly
+
+    with closing(connect_readonly(db)) as conn, read_transaction(conn):
+        rows = conn.execute("SELECT * FROM migrations ORDER BY seq").fetchall()
+    return [
+        Migration(row["seq"], row["from_version"], row["to_version"], json.loads(row["runs"]), row["at"], row["reason"])
+        for row in rows
+    ]
