@@ -33,6 +33,7 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+from .coordinator import WORKFLOW_VERSION
 from .crashpoints import BETWEEN_READ_AND_COMMIT, CRASH_POINTS
 from .invariants import check_invariants
 from .lesson import restart_answers
@@ -56,7 +57,7 @@ HOOKABLE = {
     "issue_receipt_txn": "labkit.receipts",
 }
 
-WORKFLOW_VERSION_FOR_ANSWERS = 1
+
 
 
 def _one_line(check: Callable) -> Callable:
@@ -446,7 +447,7 @@ def check_idempotent_completion(complete: Callable, workers: int = 3) -> None:
         "completed by another should return that receipt, not fail: decide and write in one transaction"
     )
     returned = {_returned(o) for o in outcomes}
-    expected = receipt_id_for("INC-1006", WORKFLOW_VERSION_FOR_ANSWERS)
+    expected = receipt_id_for("INC-1006", WORKFLOW_VERSION)  # the run was started by this release
     assert returned == {expected}, f"every worker should return the one receipt {expected}; they returned {sorted(map(str, returned))}"
     with closing(sqlite3.connect(trial.db)) as conn:
         rows = conn.execute("SELECT COUNT(*) FROM receipts WHERE incident = 'INC-1006'").fetchone()[0]
