@@ -86,8 +86,13 @@ def check_supported(version: int) -> int:
     return version
 
 
-def _why_not(conn: sqlite3.Connection, incident: str, step: Step, to_version: int) -> str | None:
-    """None if a run at ``step`` means the same under ``to_version``; otherwise why it does not."""
+#: A migration rule: None if the run (incident, its step) means the same under the new
+#: version, otherwise why it does not. Read inside the migration's transaction.
+MigrationRule = Callable[[sqlite3.Connection, str, Step, int], "str | None"]
+
+
+def why_not(conn: sqlite3.Connection, incident: str, step: Step, to_version: int) -> str | None:
+    """labkit's rule: None if a run at ``step`` means the same under ``to_version``; otherwise why it does not."""
     if to_version == 2 and step is Step.EVIDENCE_RECORDED:
         has_assessment = conn.execute("SELECT 1 FROM assessments WHERE incident = ?", (incident,)).fetchone()
         if has_assessment is None:
@@ -105,13 +110,15 @@ def migrate(
     clock: Clock,
     *,
     after_each: Callable[[str], None] | None = None,
+    rule: MigrationRule | None = None,
 ) -> Migration | None:
     """Move every run of version ``to_version - 1`` to ``to_version``, all or none, and log it.
 
     Refuses (:class:`MigrationRefused`, nothing changed) if any run cannot be mapped. Returns
     the log row, or None when no run needed moving (nothing is logged then). ``after_each``
     is called after each run is updated, inside the transaction: lessons and tests use it to
-    fail half way and show that the transaction leaves nothing half-migrated.
+    fail half way and show that the transaction leaves nothing half-migrated. ``rule`` replaces
+    labkit's mapping rule (:func:`why_not`), for an exercise that writes its own.
     """
     from .store import connect, list_runs_txn
 
@@ -128,7 +135,7 @@ def migrate(
             raise MigrationRefused(newer[0].incident, newer[0].step.value, newer[0].workflow_version, to_version,
                                    "it is already past that version; migrations only go forward")
         for run in runs:
-            why = _why_not(conn, run.incident, run.step, to_version)
+            why = (rule or why_not)(conn, run.incident, run.step, to_version)
             if why:
                 raise MigrationRefused(run.incident, run.step.value, from_version, to_version, why)
         if not runs:
