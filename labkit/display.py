@@ -96,7 +96,10 @@ def assessments_frame(db: str | Path, incident: str | None = None) -> pd.DataFra
         "SELECT incident, seq, origin, kind, provider, rules_revision, contract, COALESCE(reason, '') AS reason,"
         f" changed, at FROM assessments {where} ORDER BY incident, seq"
     )
-    return _query(db, sql, params)
+    frame = _query(db, sql, params)
+    # A revision may be NULL (a row from before revisions were kept): keep whole numbers whole.
+    frame["rules_revision"] = frame["rules_revision"].astype("Int64")
+    return frame
 
 
 def migrations_frame(db: str | Path) -> pd.DataFrame:

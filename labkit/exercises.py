@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from .coordinator import WORKFLOW_VERSION
-from .crashpoints import BETWEEN_READ_AND_COMMIT, CRASH_POINTS
+from .crashpoints import BETWEEN_READ_AND_COMMIT, RUN_POINTS
 from .invariants import check_invariants
 from .lesson import restart_answers
 from .processes import ChildOutcome, labkit_cli, race_commands, run_in_child
@@ -321,7 +321,7 @@ def check_restart_answers(answer: Callable) -> None:
 
     _own_work(answer, "restart_answers")
     wrong = []
-    for point in CRASH_POINTS:
+    for point in RUN_POINTS:
         trial = _trial("03-exercise")
         child = run_in_child(trial.db, "INC-1005", crash_at=point)
         assert child.killed_by == "SIGKILL", f"the child armed at {point} was not killed: {child.status}"
@@ -338,7 +338,7 @@ def check_restart_answers(answer: Callable) -> None:
                 wrong.append(f"after a kill at {point}: {question} should be {truth[question]} (step {truth['step']}, "
                              f"evidence row {truth['evidence row']}, receipt {truth['receipt'] or 'none'})")
     assert not wrong, "; ".join(wrong[:3]) + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else "")
-    print(f"✓ right at all {len(CRASH_POINTS)} crash points, from the rows alone")
+    print(f"✓ right at all {len(RUN_POINTS)} crash points, from the rows alone")
 
 
 # --------------------------------------------------------------------------- 04: one transaction
@@ -401,7 +401,7 @@ def check_recovery_worker(resume: Callable) -> None:
     _clear_trials()
     _own_work(resume, "drive", "inspect", "_inspect", "recover", "run_in_child", "labkit_cli")
     wrong = []
-    for point in CRASH_POINTS:
+    for point in RUN_POINTS:
         trial = _trial("05-exercise")
         child = run_in_child(trial.db, "INC-1004", crash_at=point)
         assert child.killed_by == "SIGKILL", f"the child armed at {point} was not killed: {child.status}"
@@ -417,7 +417,7 @@ def check_recovery_worker(resume: Callable) -> None:
             why = "it read although the evidence was committed" if reads > expected_reads else "it never read"
             wrong.append(f"after a kill at {point} the provider was read {reads} times, expected {expected_reads}: {why}")
     assert not wrong, "; ".join(wrong[:3]) + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else "")
-    print(f"✓ from every one of the {len(CRASH_POINTS)} crash points: completed, one receipt, a read only where none was committed")
+    print(f"✓ from every one of the {len(RUN_POINTS)} crash points: completed, one receipt, a read only where none was committed")
 
 
 # --------------------------------------------------------------------------- 06: idempotent completion
@@ -459,3 +459,333 @@ def check_idempotent_completion(complete: Callable, workers: int = 3) -> None:
         f"completing a completed run should return its receipt: {again.stderr.strip() or _returned(again)}"
     )
     print("✓ completing once more returns the same receipt")
+
+
+# ---- 07: a contract rule
+
+
+class RuleCheckedProvider:
+    """A read adapter that applies one more contract rule to what another adapter answers.
+
+    ``rule(body) -> str | None`` sees only an answer that labkit's contract has already
+    accepted (:func:`~labkit.contract.check_evidence`), as a fresh copy: None accepts it,
+    a string says what is wrong, and the read then raises
+    :class:`~labkit.errors.EvidenceRejected` with the rule ``learner-rule:<its name>``.
+    The coordinator calls ``read`` before it stores anything, inside the inspection's
+    transaction, so a refusal rolls back like any other; the inner adapter has already
+    logged the call. labkit's contract has no hook for extra rules, so a lesson adds one
+    here (07_evidence_contract).
+    """
+
+    def __init__(self, inner: Any, rule: Callable[[dict], str | None]):
+        self.inner, self.rule = inner, rule
+        self.name = f"learner-rule:{getattr(rule, '__name__', 'rule')}"
+
+    @property
+    def decision_inputs(self) -> dict[str, object]:
+        from .coordinator import decision_inputs_of
+
+        return decision_inputs_of(self.inner)  # who answered is the inner adapter; the rule decides nothing
+
+    def incidents(self) -> list[str]:
+        return self.inner.incidents()
+
+    def read(self, incident: str) -> bytes:
+        import copy
+
+        from .contract import check_evidence
+        from .errors import EvidenceRejected
+
+        raw = self.inner.read(incident)
+        body = check_evidence(raw, incident)  # labkit's contract first: the rule sees only what it accepted
+        problem = self.rule(copy.deepcopy(body))
+        if problem is not None:
+            said = (str(problem).splitlines() or ["(no reason given)"])[0][:160]
+            raise EvidenceRejected(incident, "(response)", said, self.name)
+        return raw
+
+
+def inspect_with_rule(db: str | Path, raw: bytes, rule: Callable[[dict], str | None], *, incident: str = "INC-1001",
+                      clock: Any = None, label: str | None = None) -> Any:
+    """Inspect ``incident`` on ``db`` through a canned provider answering ``raw``, with ``rule`` applied.
+
+    Measured as :func:`labkit.catalogue.run_case` measures a catalogue case (its
+    :class:`~labkit.catalogue.CaseResult`, named ``label`` or after the rule): the rule that
+    refused, the run's step and evidence before and after, the database's bytes, the
+    provider's logged calls.
+    """
+    from .catalogue import CannedProvider, CaseResult, database_digests
+    from .coordinator import Coordinator
+    from .database import read_transaction
+    from .errors import EvidenceRejected, StepOrderError
+    from .provider import CallLog, call_log_for
+    from .steps import Step
+    from .store import connect, find_run_txn
+
+    log = CallLog(call_log_for(db))
+    provider = RuleCheckedProvider(CannedProvider(log.path, {incident: raw}), rule)
+    with closing(connect(db)) as conn:
+        coordinator = Coordinator(conn, provider, clock=clock)
+        run = coordinator.start(incident)
+        if run.step is not Step.NOT_INSPECTED:  # an inspection there would not ask the provider
+            raise StepOrderError(incident, run.step.value, "inspect with a canned answer")
+
+        def observe() -> tuple[Step, int]:
+            with read_transaction(conn):
+                found = find_run_txn(conn, incident)
+                count = conn.execute("SELECT COUNT(*) FROM evidence WHERE incident = ?", (incident,)).fetchone()[0]
+            assert found is not None  # start() created it, and runs are never deleted
+            return found.step, count
+
+        step_before, evidence_before = observe()
+        calls_before, db_before = len(log.calls()), database_digests(db)
+        rejected = None
+        try:
+            coordinator.inspect(incident)
+        except EvidenceRejected as error:
+            rejected = error
+        db_after = database_digests(db)
+        step_after, evidence_after = observe()
+        calls = len(log.calls()) - calls_before
+    return CaseResult(
+        case=label or provider.name, incident=incident, expected_rule=None, expected_field=None,
+        rule=rejected.rule if rejected else None, field=rejected.field if rejected else None,
+        message=str(rejected) if rejected else None, step_before=step_before, step_after=step_after,
+        evidence_before=evidence_before, evidence_after=evidence_after, db_before=db_before, db_after=db_after,
+        provider_calls=calls,
+    )
+
+
+def _counts_that_contradict() -> list[tuple[str, bytes]]:
+    """Answers the contract accepts whose counts disagree: messages != ready + unacknowledged.
+
+    Each is a valid answer of the reference provider with one count changed, so that
+    every field alone is still in range: too many messages, too few, and a second way to too few.
+    """
+    from .contract import check_evidence
+    from .provider import ReferenceProvider
+
+    log = _trial("07-answers").folder / "reference-calls.jsonl"
+    made = []
+    for incident, field, change in (("INC-1001", "messages", +1000), ("INC-1002", "messages_unacknowledged", +3600),
+                                    ("INC-1011", "messages_ready", +24)):
+        body = json.loads(ReferenceProvider(log).read(incident))
+        body["queue"][field] += change
+        raw = json.dumps(body, indent=1).encode("utf-8")
+        check_evidence(raw, incident)  # the schema lets it through: that is the point
+        queue = body["queue"]
+        shown = (f"{incident} with messages {queue['messages']}, but messages_ready + messages_unacknowledged = "
+                 f"{queue['messages_ready']} + {queue['messages_unacknowledged']}")
+        made.append((shown, raw))
+    return made
+
+
+def _judge(rule: Callable, body: dict, what: str) -> str | None:
+    import copy
+
+    try:
+        said = rule(copy.deepcopy(body))
+    except Exception as error:  # the learner's error, as one line of feedback
+        raise AssertionError(f"your rule raised {type(error).__name__}: {error} on {what}") from None
+    if said is not None and not (isinstance(said, str) and said.strip()):
+        raise AssertionError(f"your rule returned {said!r} on {what}: return None to accept, or the problem in words (a str)")
+    return said
+
+
+@_one_line
+def check_contract_rule(rule: Callable[[dict], str | None]) -> None:
+    """``rule(body) -> str | None``: a contract rule that catches counts that contradict each other.
+
+    1. it must accept the valid answer of every shipped incident, under both rules revisions;
+    2. it must refuse each answer of :func:`_counts_that_contradict`, which the schema accepts;
+    3. run for real: a canned provider answers the first of those on a fresh workspace, the
+       coordinator inspects with the rule applied (:func:`inspect_with_rule`), and the run's
+       step, its evidence and the database's bytes must be unchanged, the call logged.
+    """
+    _clear_trials()
+    from .contract import check_evidence
+    from .provider import ReferenceProvider, list_incidents
+
+    if not callable(rule):
+        raise AssertionError(f"the answer should be a function (def my_rule(body): ...), not {type(rule).__name__}")
+    log = _trial("07-answers").folder / "reference-calls.jsonl"
+    honest = 0
+    for revision in (1, 2):
+        provider = ReferenceProvider(log, rules_revision=revision)
+        for incident in list_incidents():
+            what = f"{incident}'s valid answer (rules revision {revision})"
+            said = _judge(rule, check_evidence(provider.read(incident), incident), what)
+            if said is not None:
+                raise AssertionError(
+                    f"your rule refused {what}: {said!r}. A rule must accept every honest answer: "
+                    "refuse only what cannot be true"
+                )
+            honest += 1
+    print(f"✓ accepts all {honest} valid answers of the {honest // 2} shipped incidents (rules revisions 1 and 2)")
+    hostile = _counts_that_contradict()
+    for shown, raw in hostile:
+        said = _judge(rule, json.loads(raw), f"the answer of {shown}")
+        if said is None:
+            raise AssertionError(
+                f"your rule accepted the answer of {shown}. The schema checks each count alone; "
+                "your rule must compare them"
+            )
+    print(f"✓ refuses all {len(hostile)} answers whose counts contradict each other (the schema accepted each)")
+    trial = _trial("07-exercise")
+    shown, raw = hostile[0]
+    result = inspect_with_rule(trial.db, raw, rule, clock=trial.clock)
+    assert result.rule == f"learner-rule:{getattr(rule, '__name__', 'rule')}", (
+        f"through the coordinator, the answer of {shown} was {result.message or 'accepted'}"
+    )
+    unchanged = (result.step_before == result.step_after and result.evidence_before == result.evidence_after == 0
+                 and result.database_unchanged and result.provider_calls == 1)
+    assert unchanged, f"the refusal changed something: {result.row()}"
+    print(f"✓ through the coordinator: refused by rule {result.rule} before any write; step {result.step_after.value}, "
+          "no evidence row, database bytes unchanged, the call in the provider's log")
+
+
+# ---- 08: a migration rule
+
+
+#: The runs the previous release (workflow version 1) can leave behind, as the check builds them:
+#: (incident, its step, re-evaluated so that it has an assessment, may it move to version 2?).
+MIGRATION_CASES = (
+    ("INC-1001", "not_inspected", False, True),
+    ("INC-1002", "evidence_recorded", False, False),
+    ("INC-1007", "evidence_recorded", True, True),
+    ("INC-1003", "report_completed", False, True),
+    ("INC-1011", "report_completed", True, True),
+)
+
+
+def _previous_release_runs(trial: Workspace, cases: tuple) -> None:
+    """Leave each case's run where the previous release would, re-evaluated where the case says."""
+    from .assessments import reevaluate
+    from .steps import Step
+
+    with closing(trial.connect()) as conn:
+        old = trial.coordinator(conn, workflow_version=1)
+        for incident, step, _, _ in cases:
+            old.start(incident)
+            if step != Step.NOT_INSPECTED:
+                old.inspect(incident)
+            if step == Step.REPORT_COMPLETED:
+                old.complete(incident)
+    for incident, _, assessed, _ in cases:
+        if assessed:
+            reevaluate(trial.db, incident, "rules revision 2, before the upgrade", trial.clock)
+
+
+def _described(incident: str, step: str, assessed: bool) -> str:
+    if step == "not_inspected":
+        return f"{incident} at not_inspected"
+    return f"{incident} at {step} {'with' if assessed else 'without'} an assessment"
+
+
+@_one_line
+def check_migration_rule(rule: Callable) -> None:
+    """``rule(conn, incident, step, to_version) -> str | None``: the learner's mapping from workflow version 1 to 2.
+
+    For each run the previous release can leave (at each step; at evidence_recorded and
+    report_completed with and without an assessment), a database holding that run alone is
+    migrated with ``labkit.migrate(db, 2, reason, clock, rule=rule)``. Exactly the run that
+    version 2 cannot continue (evidence_recorded with no assessment) must be refused, nothing
+    changed; every other must migrate, its workflow version the only change, and then this
+    release's recovery must finish it. Last, all of them in one database: refused as a whole,
+    and migrated in one step once the previous release has finished the unmappable run.
+    """
+    _clear_trials()
+    from .recovery import recover
+    from .steps import Step
+    from .store import snapshot
+    from .versioning import MigrationRefused, migrate
+
+    source_of(rule)
+    _own_work(rule, "why_not")
+    answers: list[object] = []
+
+    def asked(conn: sqlite3.Connection, incident: str, step: Step, to_version: int) -> str | None:
+        why = rule(conn, incident, step, to_version)
+        answers.append(why)
+        if why is not None and not isinstance(why, str):
+            raise AssertionError(f"the rule should return None or a sentence saying why not, not {why!r}")
+        return why
+
+    def attempt(trial: Workspace) -> MigrationRefused | None:
+        try:
+            migrate(trial.db, 2, "upgrade to workflow version 2", trial.clock, rule=asked)
+        except MigrationRefused as refused:
+            return refused
+        except AssertionError:
+            raise
+        except Exception as error:  # the learner's code failed inside the migration's transaction
+            raise AssertionError(f"your rule raised {type(error).__name__}: {error}".splitlines()[0]) from None
+        return None
+
+    def finish(trial: Workspace, what: str) -> None:
+        failed = [r for r in recover(trial.db, trial.provider(), clock=trial.clock) if r.error is not None]
+        assert not failed, (
+            f"your rule let {what} through, and this release could not finish it: {failed[0].error}. "
+            "Which runs would version 2 have to complete from a decision they never recorded?"
+        )
+
+    def only_the_version_moved(before: dict, after: dict, what: str) -> None:
+        changed = [table for table in before if table not in ("runs", "migrations") and before[table] != after[table]]
+        assert not changed, (
+            f"migrating {what}, your rule wrote to {', '.join(changed)}: a rule only answers; a migration changes "
+            "runs.workflow_version and nothing else (an invented assessment is a decision nobody made)"
+        )
+        moved = [(row[0], row[2:]) for row in after["runs"]] == [(row[0], row[2:]) for row in before["runs"]]
+        assert moved and {row[1] for row in after["runs"]} == {2}, f"migrating {what} should change only the workflow version"
+
+    mapped = []
+    for incident, step, assessed, mappable in MIGRATION_CASES:
+        what = _described(incident, step, assessed)
+        trial = _trial("08-exercise")
+        _previous_release_runs(trial, ((incident, step, assessed, mappable),))
+        with closing(trial.connect()) as conn:
+            before = snapshot(conn)
+        answers.clear()
+        refused = attempt(trial)
+        assert answers, "migrate never called your rule: is it a function of (conn, incident, step, to_version)?"
+        with closing(trial.connect()) as conn:
+            after = snapshot(conn)
+        if mappable:
+            assert refused is None, (
+                f"your rule refused {what}, saying {answers[-1]!r}; but version 2 can go on with it: "
+                + {"not_inspected": "nothing has been decided yet, so version 2 simply inspects it",
+                   "evidence_recorded": "it has an assessment, which is what version 2 completes a run from",
+                   "report_completed": "it is done, and its receipt keeps what it said"}[step]
+            )
+            only_the_version_moved(before, after, what)
+            finish(trial, what)
+            mapped.append(what)
+        else:
+            if refused is None:
+                only_the_version_moved(before, after, what)  # a rule that invents an assessment fails here
+                finish(trial, what)  # one that lets the run through fails here
+                raise AssertionError(f"your rule let {what} through")
+            assert after == before, "a refused migration should change nothing"
+            print(f"✓ refused {what}, and nothing was migrated: {answers[-1]}")
+    print(f"✓ migrated each of the {len(mapped)} others alone, only its workflow version changed, and this release's "
+          f"recovery finished it: {'; '.join(mapped)}")
+
+    trial = _trial("08-exercise")
+    _previous_release_runs(trial, MIGRATION_CASES)
+    with closing(trial.connect()) as conn:
+        before = snapshot(conn)
+    refused = attempt(trial)
+    with closing(trial.connect()) as conn:
+        after = snapshot(conn)
+    assert refused is not None and refused.incident == "INC-1002", (
+        "with all five runs in one database, the migration should be refused for INC-1002 "
+        + (f"alone, but your rule refused {refused.incident}" if refused else "(evidence_recorded, no assessment), but your "
+           "rule let it through: does your query ask about this run, or about any run?")
+    )
+    assert after == before, "a refused migration should change nothing"
+    with closing(trial.connect()) as conn:
+        trial.coordinator(conn, workflow_version=1).complete("INC-1002")  # finish it under the release that started it
+    assert attempt(trial) is None, "once INC-1002 is finished by the previous release, every run should migrate"
+    finish(trial, "the five runs")
+    print("✓ all five in one database: refused as a whole for INC-1002, nothing changed; once the previous release "
+          "finished it, migrated in one step and completed by this release")

@@ -11,7 +11,8 @@ guide says the output is the same with real times.
 
 The plans' minutes are checked against scripts/lesson_times.py (the figures in each lesson's header),
 their start times against the minutes before them, and every notebook in notebooks/ must have its
-objectives in the guide and a place in the full-day plan: a new lesson fails here until it joins.
+objectives in the guide and a place in the full-day or the second-day plan: a new lesson fails here
+until it joins.
 """
 
 from __future__ import annotations
@@ -242,7 +243,8 @@ def plan(title: str) -> list[Row]:
 PLANS = {
     # title: (which minutes each lesson gets, how long the session lasts, the lessons it must hold)
     "Three-hour plan": ("core", 180, [p.stem for p in FIRST_LESSONS]),
-    "Full-day plan": ("all", None, [p.stem for p in NOTEBOOKS]),
+    "Full-day plan": ("all", None, [p.stem for p in FIRST_LESSONS]),
+    "Second-day plan": ("all", None, [p.stem for p in NOTEBOOKS if p not in FIRST_LESSONS]),
     "Ninety-minute plan": ("core", 90, ["01_a_transcript_is_not_state", "03_durable_checkpoint", "05_crash_and_reread"]),
 }
 

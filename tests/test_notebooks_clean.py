@@ -25,6 +25,8 @@ MAP = [
     "04_rollback",
     "05_crash_and_reread",
     "06_single_receipt",
+    "07_evidence_contract",
+    "08_versioning",
 ]
 
 MACHINE_PATHS = re.compile(r"/tmp/|/root/|/home/[^/\s]+/|/work/|/Users/|C:\\\\?Users", re.IGNORECASE)
