@@ -27,7 +27,7 @@ from .assessments import Assessment, reevaluate
 from .clock import SystemClock, TickingClock
 from .contract import CONTRACT, MAX_RESPONSE_BYTES, check_evidence
 from .coordinator import WORKFLOW_VERSION, Coordinator, DriveResult
-from .crashpoints import BETWEEN_READ_AND_COMMIT, CRASH_POINTS, CrashPlan, CrashPoint
+from .crashpoints import BETWEEN_READ_AND_COMMIT, CRASH_POINTS, EFFECT_POINTS, RUN_POINTS, CrashPlan, CrashPoint
 from .database import read_transaction, transaction, write_lock
 from .errors import (
     BadClock,
@@ -96,7 +96,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")
 
 __all__ = [
-    "BETWEEN_READ_AND_COMMIT", "CONTRACT", "CRASH_POINTS", "MAX_RESPONSE_BYTES", "SCHEMA_VERSION", "WORKFLOW_VERSION",
+    "BETWEEN_READ_AND_COMMIT", "CONTRACT", "CRASH_POINTS", "EFFECT_POINTS", "RUN_POINTS", "MAX_RESPONSE_BYTES",
+    "SCHEMA_VERSION", "WORKFLOW_VERSION",
     # the workflow
     "CallLog", "Coordinator", "CrashPlan", "CrashPoint", "DriveResult", "Evidence", "ReadAdapter", "Receipt",
     "ReferenceProvider", "Resumed", "Run", "Step", "SystemClock", "TickingClock",

@@ -5,6 +5,9 @@
     python -m labkit recover --db PATH [--bug NAME]
     python -m labkit status --db PATH [--json]
     python -m labkit crash-points
+    python -m labkit effects --db PATH [--json]
+    python -m labkit resolve --db PATH --incident ID (--ticket T | --none) --reason TEXT
+    python -m labkit ticket-service --store PATH [--port N] [--fault MODE]
     python -m labkit migrate --db PATH --to VERSION --reason TEXT
     python -m labkit migrations --db PATH [--json]
     python -m labkit reevaluate --db PATH --incident ID --reason TEXT [--rules-revision N]
@@ -27,17 +30,21 @@ import sys
 from contextlib import closing
 from pathlib import Path
 
+from . import tickets
 from .assessments import reevaluate
 from .clock import clock_from_env
 from .coordinator import WORKFLOW_VERSION
 from .crashpoints import CRASH_POINTS, CrashPlan, check_point
 from .database import busy_timeout_ms, check_path, read_transaction, translate
+from .effects import list_effects_txn
+from .effects import resolve as resolve_effect
 from .errors import EXIT_BAD_INPUT, EXIT_FAILURE, LabError, UnknownIncident, shown
 from .naive import BUGS, coordinator_class
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .recovery import Resumed, recover
 from .status import status_of
-from .store import connect, latest_time_txn
+from .steps import Step
+from .store import connect, connect_readonly, latest_time_txn
 from .versioning import check_supported, migrate, migration_log
 from .workspace import reset
 
@@ -85,10 +92,27 @@ def _parser() -> argparse.ArgumentParser:
                       help="for lessons and tests: at POINT print 'paused at POINT' and wait for a line on stdin")
     _add_bug_option(run)
     _add_version_option(run)
+    _add_tickets_option(run)
     rec = commands.add_parser("recover", help="resume every unfinished run from its recorded step", allow_abbrev=False)
     rec.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database")
     _add_bug_option(rec)
     _add_version_option(rec)
+    _add_tickets_option(rec)
+    eff = commands.add_parser("effects", help="effects whose outcome is uncertain (or not yet sent), for a person", allow_abbrev=False)
+    eff.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database (read only)")
+    eff.add_argument("--json", action="store_true", help="print one JSON object")
+    res = commands.add_parser("resolve", help="record a person's decision about an uncertain effect", allow_abbrev=False)
+    res.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database")
+    res.add_argument("--incident", required=True, action=_Once)
+    which = res.add_mutually_exclusive_group(required=True)
+    which.add_argument("--ticket", action=_Once, metavar="TICKET", help="the ticket that exists at the destination")
+    which.add_argument("--none", action="store_true", help="no ticket exists at the destination")
+    res.add_argument("--reason", required=True, action=_Once, help="how you know: the effect keeps it")
+    service = commands.add_parser(
+        "ticket-service", allow_abbrev=False,
+        help="the remote ticket service of 09_external_effects (its own SQLite file); first stdout line: its base URL",
+    )
+    tickets.add_arguments(service)
     mig = commands.add_parser("migrate", help="move every run of the previous workflow version to VERSION, logged", allow_abbrev=False)
     mig.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database")
     mig.add_argument("--to", required=True, type=int, action=_Once, metavar="VERSION", help="the workflow version to move runs to")
@@ -117,6 +141,13 @@ def _add_version_option(command: argparse.ArgumentParser) -> None:
     command.add_argument(
         "--workflow-version", type=int, action=_Once, metavar="N", default=None,
         help=f"for lessons and tests: run as the release of workflow version N (default {WORKFLOW_VERSION})",
+    )
+
+
+def _add_tickets_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--tickets", metavar="URL", action=_Once, default=None,
+        help="also open the incident's ticket at this ticket service (see: python -m labkit ticket-service)",
     )
 
 
@@ -198,15 +229,21 @@ def _run(args) -> int:
     with closing(connect(args.db)) as conn:
         with read_transaction(conn):
             latest = latest_time_txn(conn)
-        coordinator = coordinator_type(conn, provider, clock=clock_from_env(after=latest), crash=plan, workflow_version=version)
+        coordinator = coordinator_type(
+            conn, provider, clock=clock_from_env(after=latest), crash=plan, workflow_version=version, tickets=args.tickets
+        )
         run = coordinator.start(args.incident)
         # flush: a crash point kills the process, and unflushed lines would vanish with it
         print(f"{args.incident}: recorded step is {run.step}", flush=True)
-        result = coordinator.drive(args.incident)
-    read = "read the provider" if result.read_provider else "no read needed"
-    # In a race, exactly one worker completes the run; the others find it completed.
-    who = "completed it" if result.completed else "found it already completed"
-    print(f"{args.incident}: report_completed, receipt {result.receipt.receipt_id} ({read}; {who})", flush=True)
+        result = coordinator.finish(args.incident)
+        read = "read the provider" if result.read_provider else "no read needed"
+        # In a race, exactly one worker completes the run; the others find it completed.
+        who = "completed it" if result.completed else "found it already completed"
+        print(f"{args.incident}: report_completed, receipt {result.receipt.receipt_id} ({read}; {who})", flush=True)
+        if args.tickets is not None:
+            effect = coordinator.open_ticket(args.incident)
+            ticket = effect.ticket or "(none)"
+            print(f"{args.incident}: ticket {ticket}, effect {effect.state} (operation {effect.operation_key})", flush=True)
     return 0
 
 
@@ -226,11 +263,14 @@ def _recover(args) -> int:
 
     results = recover(
         args.db, provider, clock=clock_from_env(after=latest), progress=report, coordinator_class=coordinator_type,
-        workflow_version=version,
+        workflow_version=version, tickets=args.tickets,
     )
     completed = sum(result.completed for result in results)
     failed = [result.error for result in results if result.error is not None]
     summary = f"recovered {completed} run{'s' if completed != 1 else ''}"
+    settled = sum(r.error is None and r.from_step is Step.REPORT_COMPLETED for r in results)
+    if settled:
+        summary += f", settled {settled} effect{'s' if settled != 1 else ''}"
     print(summary + (f", {len(failed)} failed" if failed else ""))
     return max((error.exit_code for error in failed), default=0)
 
@@ -275,6 +315,28 @@ def _reevaluate(args) -> int:
     return 0
 
 
+def _effects(args) -> int:
+    with closing(connect_readonly(args.db)) as conn, read_transaction(conn):
+        open_effects = list_effects_txn(conn, ("intended", "uncertain"))
+    if args.json:
+        shown = [{"incident": e.incident, "state": e.state, "operation_key": e.operation_key, "ticket": e.ticket,
+                  "attempts": e.attempts, "last_outcome": e.last_outcome} for e in open_effects]
+        print(json.dumps({"effects": shown}, sort_keys=True))
+        return 0
+    if not open_effects:
+        print("no effect is uncertain or waiting to be sent")
+    for e in open_effects:
+        print(f"{e.incident}  {e.state:<9} operation {e.operation_key}  attempts {e.attempts}  {e.last_outcome}")
+    return 0
+
+
+def _resolve(args) -> int:
+    check_path(args.db, must_exist=True)
+    effect = resolve_effect(args.db, args.incident, None if args.none else args.ticket, args.reason, _clock_after_latest(args.db))
+    print(f"{args.incident}: effect resolved, ticket {effect.ticket or '(none)'}: {args.reason}")
+    return 0
+
+
 def _status(args) -> int:
     status = status_of(args.db)
     if args.json:
@@ -307,4 +369,5 @@ def _reset(args) -> int:
 COMMANDS = {
     "incidents": _incidents, "run": _run, "recover": _recover, "status": _status, "crash-points": _crash_points,
     "migrate": _migrate, "migrations": _migrations, "reevaluate": _reevaluate, "reset": _reset,
+    "effects": _effects, "resolve": _resolve, "ticket-service": tickets.run,
 }

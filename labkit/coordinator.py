@@ -15,13 +15,14 @@ easy to see. 10_leases_and_fencing moves the call outside. Taught in 02_three_st
 from __future__ import annotations
 
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import contract
 from .assessments import latest_assessment_txn
 from .clock import Clock, SystemClock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import read_transaction, transaction
+from .effects import Effect, open_ticket, operation_key, record_intent_txn, ticket_request
 from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun, WorkflowVersionMismatch
 from .provider import ReadAdapter
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
@@ -63,13 +64,16 @@ class DriveResult:
     read_provider: bool
     completed: bool
     receipt: Receipt
+    effect: Effect | None = None  # with tickets: the ticket it opened (or an honest uncertain)
 
 
 class Coordinator:
     """Drives runs in one checkpoint database, through one read adapter.
 
     ``crash`` arms a crash point (for lessons and tests); ``workflow_version`` lets a lesson
-    play a newer release against an old database.
+    play the previous release against a database. With ``tickets`` (a ticket service's base
+    URL) completion also records the intent to open the incident's ticket, in the same
+    transaction, and ``drive`` then opens it (:mod:`labkit.effects`, 09_external_effects).
     """
 
     def __init__(
@@ -80,12 +84,14 @@ class Coordinator:
         clock: Clock | None = None,
         crash: CrashPlan = NO_CRASH,
         workflow_version: int = WORKFLOW_VERSION,
+        tickets: str | None = None,
     ):
         self.conn = conn
         self.provider = provider
         self.clock = clock or SystemClock()
         self.crash = crash
         self.workflow_version = check_supported(workflow_version)
+        self.tickets = tickets
 
     def check_version(self, run: Run) -> Run:
         """The one workflow-version check: a run written by another version is refused.
@@ -180,6 +186,10 @@ class Coordinator:
             self.crash.reached(CrashPoint.BEFORE_RECEIPT_WRITE, self.conn)
             report = build_report(evidence, assessment)
             receipt = issue_receipt_txn(self.conn, incident, self.workflow_version, report, self.clock)
+            if self.tickets is not None:
+                # The intent is part of completing: a run that is done locally always knows
+                # the action it still owes, even if the process dies before sending it.
+                record_intent_txn(self.conn, incident, operation_key(incident, self.workflow_version), ticket_request(report), self.clock)
             advance_txn(self.conn, run, Step.REPORT_COMPLETED, self.clock)
             self.crash.reached(CrashPoint.BEFORE_COMPLETION_COMMIT, self.conn)
         self.crash.reached(CrashPoint.AFTER_COMPLETION_COMMIT, self.conn)
@@ -191,7 +201,24 @@ class Coordinator:
         The stored step alone decides what to do: a run with committed evidence is
         completed from that evidence, without asking the provider again.
         """
+        result = self.finish(incident)
+        if self.tickets is None:
+            return result
+        return replace(result, effect=self.open_ticket(incident))
+
+    def finish(self, incident: str) -> DriveResult:
+        """The three steps of :meth:`drive`, without the ticket: the run ends ``report_completed``."""
         from_step = self.start(incident).step
         _, read = self._inspect(incident)
         receipt, completed = self._complete(incident)
         return DriveResult(incident, from_step, read, completed, receipt)
+
+    def open_ticket(self, incident: str) -> Effect:
+        """Open the completed run's ticket at ``tickets``, reconciling first if one may exist.
+
+        Raises when the outcome stays unknown (recorded as uncertain) or the service did
+        nothing; see :func:`labkit.effects.open_ticket`.
+        """
+        if self.tickets is None:
+            raise ValueError("this coordinator has no ticket service (tickets=None)")
+        return open_ticket(self.conn, incident, self.tickets, self.clock, crash=self.crash)

@@ -41,13 +41,31 @@ class CrashPoint(StrEnum):
     BEFORE_RECEIPT_WRITE = "before_receipt_write"          # completion decided from the stored step, nothing written
     BEFORE_COMPLETION_COMMIT = "before_completion_commit"  # receipt and step written inside the open transaction
     AFTER_COMPLETION_COMMIT = "after_completion_commit"    # report_completed is durable
+    BEFORE_SEND = "before_send"                            # with --tickets: the effect's intent durable, nothing sent
+    AFTER_SEND = "after_send"                              # with --tickets: the ticket request answered, its answer not recorded
 
     def __str__(self) -> str:
         return self.value
 
+    @property
+    def needs_tickets(self) -> bool:
+        """Reached only by a run that opens a ticket (``--tickets URL``, 09_external_effects)."""
+        return self in (CrashPoint.BEFORE_SEND, CrashPoint.AFTER_SEND)
+
 
 #: The names, in run order: what ``python -m labkit crash-points`` prints.
 CRASH_POINTS: tuple[str, ...] = tuple(point.value for point in CrashPoint)
+
+
+def points(*, tickets: bool) -> tuple[str, ...]:
+    """The crash points a run reaches: the three steps, and with ``tickets`` the send around them."""
+    return tuple(point.value for point in CrashPoint if tickets or not point.needs_tickets)
+
+
+#: The points every run reaches, with or without a ticket to open: what lessons 03 to 06 kill at.
+RUN_POINTS: tuple[str, ...] = points(tickets=False)
+#: The points only a run with ``--tickets URL`` reaches (09_external_effects).
+EFFECT_POINTS: tuple[str, ...] = tuple(point for point in CRASH_POINTS if point not in RUN_POINTS)
 
 #: A crash at these points loses a read that the provider already served: the read repeats (N1).
 BETWEEN_READ_AND_COMMIT: frozenset[CrashPoint] = frozenset({CrashPoint.AFTER_READ, CrashPoint.BEFORE_EVIDENCE_COMMIT})

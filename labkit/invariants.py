@@ -7,7 +7,14 @@
 5. provider reads = 1 + the reads whose transaction never committed: a crash between a
    read and its commit (N1), or a read whose answer was refused or failed and retried;
 6. ``PRAGMA integrity_check`` answers ``ok``;
-7. running recovery again changes nothing (no row, no provider call).
+7. running recovery again changes nothing (no row, no provider call);
+
+and, for runs that open a ticket (09_external_effects), checked at the ticket service:
+
+8. at most one ticket per operation at the destination: per operation key, and per incident
+   (a retry under a new key is the same operation, and duplicates the ticket just as well);
+9. every effect ends done (with a ticket the destination holds under its key), resolved by a
+   person, or listed as uncertain: never still intended, never done without the ticket.
 
 The crash suite in ``tests/`` and 12_crash_explorer run every crash point through
 :func:`check_invariants`; one table of results per database.
@@ -20,10 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .database import read_transaction
+from .effects import list_effects_txn
 from .provider import CallLog, ReadAdapter
 from .recovery import recover
 from .steps import Step
 from .store import connect_readonly, list_runs_txn, snapshot
+from .tickets import all_tickets
 
 
 @dataclass(frozen=True)
@@ -42,11 +51,13 @@ STATEMENTS = {
     5: "provider reads = 1 + reads never committed",
     6: "integrity_check is ok",
     7: "recovering again changes nothing",
+    8: "at most one ticket per operation",
+    9: "every effect done, resolved or listed uncertain",
 }
 
 
 def check_invariants(
-    db_path: str | Path, call_log: str | Path, expected_reads: dict[str, int], provider: ReadAdapter
+    db_path: str | Path, call_log: str | Path, expected_reads: dict[str, int], provider: ReadAdapter, tickets: str | None = None
 ) -> list[InvariantResult]:
     """Check all seven; ``expected_reads`` maps each incident to 1 + its reads that never committed.
 
@@ -68,6 +79,7 @@ def check_invariants(
         ):
             history.setdefault(incident, []).append((from_step, to_step, state_version))
         integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        effects = list_effects_txn(conn)
         before = snapshot(conn)
     calls_before = len(log.calls())
 
@@ -94,7 +106,29 @@ def check_invariants(
     )
     record(6, [] if integrity == "ok" else [integrity], "ok")
 
-    again = recover(db_path, provider)
+    if tickets is not None:
+        held = all_tickets(tickets)
+        by_key: dict[str, list[str]] = {}
+        for ticket in held:
+            if ticket.get("key") is not None:  # a service without idempotency keeps no key
+                by_key.setdefault(str(ticket["key"]), []).append(str(ticket["ticket"]))
+        key_of = {str(ticket["ticket"]): ticket.get("key") for ticket in held}
+        by_incident: dict[str, list[str]] = {}
+        for ticket in held:
+            by_incident.setdefault(str(ticket.get("incident")), []).append(str(ticket["ticket"]))
+        doubled = [f"key {key} has {len(found)} tickets ({', '.join(found)})" for key, found in sorted(by_key.items()) if len(found) > 1]
+        doubled += [f"{incident} has {len(found)} tickets ({', '.join(found)})"
+                    for incident, found in sorted(by_incident.items()) if len(found) > 1]
+        record(8, doubled, f"{len(held)} tickets, {len(by_key)} keys")
+        wrong = [f"{e.incident} still intended" for e in effects if e.state == "intended"]
+        for effect in effects:
+            # done means the destination holds that ticket, under this key (or under none, where the
+            # service keeps no keys)
+            if effect.state == "done" and (effect.ticket not in key_of or key_of[effect.ticket] not in (effect.operation_key, None)):
+                wrong.append(f"{effect.incident} done as {effect.ticket}, which the destination does not hold under its key")
+        record(9, wrong, ", ".join(f"{e.incident}: {e.state}" for e in effects) or "no effects")
+
+    again = recover(db_path, provider, tickets=tickets)
     with closing(connect_readonly(db_path)) as conn:
         after = snapshot(conn)
     changed = [table for table in before if before[table] != after[table]]
@@ -106,7 +140,7 @@ def check_invariants(
         + [f"{new_calls} new provider calls"] * bool(new_calls),
         "no change",
     )
-    return results
+    return sorted(results, key=lambda result: result.number)
 
 
 def _climbs(history: list[tuple], final: Step, final_version: int) -> bool:

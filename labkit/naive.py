@@ -12,6 +12,9 @@ test must catch. Nothing in labkit uses them unless asked by name
   transaction and writes the receipt in another. Two workers that both read
   ``evidence_recorded`` both go on to write; the loser fails instead of returning the
   winner's receipt.
+- ``retry_without_key`` (09_external_effects): opens the ticket with a new idempotency key
+  for every attempt and, when an answer times out, simply tries again. A request that was
+  committed but answered too late becomes a second ticket.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from .contract import CONTRACT, check_evidence
 from .coordinator import Coordinator
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import read_transaction, transaction
+from .effects import TICKET_TIMEOUT, Effect, EffectNotDone, find_effect_txn, open_ticket
 from .errors import InconsistentRun, StepOrderError, UnknownBug
 from .provider import ReadAdapter
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
@@ -73,10 +77,39 @@ class CheckThenActCoordinator(Coordinator):
         return receipt, True
 
 
+class RetryWithoutKeyCoordinator(Coordinator):
+    """Opens the ticket the way a hurried client does: a new request id per attempt, retry on timeout."""
+
+    def open_ticket(self, incident: str) -> Effect:
+        from .tickets import post_ticket
+
+        assert self.tickets is not None, "this variant needs a ticket service"
+        with transaction(self.conn):
+            effect = find_effect_txn(self.conn, incident)
+        if effect is None or effect.state in ("done", "resolved"):
+            return open_ticket(self.conn, incident, self.tickets, self.clock, crash=self.crash)
+        for attempt in (1, 2, 3):
+            key = f"{effect.operation_key}-attempt-{attempt}"  # the bug: the key changes with the attempt
+            self.crash.reached(CrashPoint.BEFORE_SEND, self.conn)
+            answer = post_ticket(self.tickets, key, effect.request, TICKET_TIMEOUT)
+            self.crash.reached(CrashPoint.AFTER_SEND, self.conn)
+            if answer.outcome in ("created", "replayed"):
+                with transaction(self.conn):
+                    self.conn.execute(
+                        "UPDATE effects SET state = 'done', ticket = ?, attempts = attempts + ?, last_outcome = ? WHERE incident = ?",
+                        (answer.ticket, attempt, f"{answer.outcome} on attempt {attempt}", incident),
+                    )
+                    stored = find_effect_txn(self.conn, incident)
+                assert stored is not None
+                return stored
+        raise EffectNotDone(incident, "three attempts, no answer")
+
+
 #: The broken variants by name, for ``--bug NAME``.
 BUGS: dict[str, type[Coordinator]] = {
     "evidence_and_step_apart": TwoCommitCoordinator,
     "check_then_act_completion": CheckThenActCoordinator,
+    "retry_without_key": RetryWithoutKeyCoordinator,
 }
 
 

@@ -19,6 +19,7 @@ from .clock import Clock
 from .coordinator import WORKFLOW_VERSION, Coordinator
 from .crashpoints import NO_CRASH, CrashPlan
 from .database import read_transaction, translate
+from .effects import Effect, list_effects_txn
 from .errors import LabError
 from .provider import ReadAdapter
 from .receipts import Receipt
@@ -36,6 +37,7 @@ class Resumed:
     completed: bool = False  # this worker committed the completion
     receipt: Receipt | None = None
     error: LabError | None = None
+    effect: Effect | None = None  # with tickets: where the run's ticket stands now
 
     @property
     def outcome(self) -> str:
@@ -43,11 +45,16 @@ class Resumed:
             return f"failed: {self.error}"
         read = "read the provider" if self.read_provider else "no read"
         assert self.receipt is not None  # every run that did not fail has one
+        ticket = ""
+        if self.effect is not None:
+            ticket = f"; ticket {self.effect.ticket}" if self.effect.state == "done" else f"; ticket {self.effect.state}"
+        if self.from_step is Step.REPORT_COMPLETED:
+            return f"completed earlier, receipt {self.receipt.receipt_id}{ticket} (its effect reconciled)"
         if not self.completed:
-            return f"{read}; already completed by another worker, receipt {self.receipt.receipt_id}"
+            return f"{read}; already completed by another worker, receipt {self.receipt.receipt_id}{ticket}"
         if self.read_provider:
-            return f"read the provider; receipt {self.receipt.receipt_id}"
-        return f"completed from committed evidence, no read; receipt {self.receipt.receipt_id}"
+            return f"read the provider; receipt {self.receipt.receipt_id}{ticket}"
+        return f"completed from committed evidence, no read; receipt {self.receipt.receipt_id}{ticket}"
 
 
 def recover(
@@ -59,6 +66,7 @@ def recover(
     workflow_version: int = WORKFLOW_VERSION,
     progress: Callable[[Resumed], None] | None = None,
     coordinator_class: type[Coordinator] = Coordinator,
+    tickets: str | None = None,
 ) -> list[Resumed]:
     """Resume every unfinished run from its recorded step; return one :class:`Resumed` per run.
 
@@ -69,19 +77,22 @@ def recover(
     as it goes rather than lose the report if the process dies half way. The database must
     exist: recovery of a mistyped path must not create an empty one.
     ``coordinator_class`` lets a lesson recover with a deliberately broken variant
-    (:mod:`labkit.naive`).
+    (:mod:`labkit.naive`). With ``tickets``, completed runs whose ticket is still owed
+    (intended) or whose outcome is unknown (uncertain) are reconciled too; without it,
+    effects are left alone.
     """
     with closing(connect(db_path, create=False)) as conn:
-        coordinator = coordinator_class(conn, provider, clock=clock, crash=crash, workflow_version=workflow_version)
+        coordinator = coordinator_class(conn, provider, clock=clock, crash=crash, workflow_version=workflow_version, tickets=tickets)
         with read_transaction(conn):
-            unfinished = [run for run in list_runs_txn(conn) if run.step is not Step.REPORT_COMPLETED]
+            owed = {effect.incident for effect in list_effects_txn(conn, ("intended", "uncertain"))} if tickets else set()
+            unfinished = [run for run in list_runs_txn(conn) if run.step is not Step.REPORT_COMPLETED or run.incident in owed]
         for run in unfinished:
             coordinator.check_version(run)
         results = []
         for run in unfinished:
             try:
                 done = coordinator.drive(run.incident)
-                result = Resumed(run.incident, run.step, done.read_provider, done.completed, done.receipt)
+                result = Resumed(run.incident, run.step, done.read_provider, done.completed, done.receipt, effect=done.effect)
             except LabError as error:
                 result = Resumed(run.incident, run.step, error=error)
             except sqlite3.Error as error:  # a lock held too long on this run: report it, go on

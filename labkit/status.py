@@ -11,6 +11,7 @@ from pathlib import Path
 
 from .coordinator import WORKFLOW_VERSION
 from .database import read_transaction
+from .effects import NO_EFFECT, find_effect_txn
 from .provider import CallLog, call_log_for
 from .receipts import receipt_id_txn
 from .store import SCHEMA_VERSION, connect_readonly, has_evidence_txn, list_runs_txn
@@ -35,6 +36,7 @@ def status_of(db: str | Path) -> dict:
                 "receipts": conn.execute("SELECT COUNT(*) FROM receipts WHERE incident = ?", (run.incident,)).fetchone()[0],
                 "receipt_id": receipt_id_txn(conn, run.incident),
                 "assessments": conn.execute("SELECT COUNT(*) FROM assessments WHERE incident = ?", (run.incident,)).fetchone()[0],
+                "effect": effect.as_status() if (effect := find_effect_txn(conn, run.incident)) else dict(NO_EFFECT),
             }
             for run in list_runs_txn(conn)
         ]

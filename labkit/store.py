@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from . import assessments, receipts, versioning
+from . import assessments, effects, receipts, versioning
 from .clock import Clock
 from .database import (
     check_path,
@@ -101,6 +101,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE evidence ADD COLUMN prompt_revision TEXT",
         assessments.ASSESSMENTS_TABLE_V3,
         versioning.MIGRATIONS_TABLE_V3,
+    ),
+    (
+        # The effect ledger: an action outside the database, under a stable operation key
+        # (09_external_effects). Its DDL lives with the code that owns its rules.
+        effects.EFFECTS_TABLE_V4,
     ),
 )
 
@@ -387,11 +392,11 @@ def latest_time_txn(conn: sqlite3.Connection) -> str | None:
     return conn.execute(
         "SELECT MAX(at) FROM (SELECT MAX(at) AS at FROM transitions UNION ALL SELECT MAX(recorded_at) FROM evidence"
         " UNION ALL SELECT MAX(issued_at) FROM receipts UNION ALL SELECT MAX(at) FROM assessments"
-        " UNION ALL SELECT MAX(at) FROM migrations)"
+        " UNION ALL SELECT MAX(at) FROM migrations UNION ALL SELECT MAX(updated_at) FROM effects)"
     ).fetchone()[0]
 
 
-TABLES = ("runs", "evidence", "receipts", "transitions", "assessments", "migrations")
+TABLES = ("runs", "evidence", "receipts", "transitions", "assessments", "migrations", "effects")
 
 
 def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple]]:

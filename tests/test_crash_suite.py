@@ -1,6 +1,6 @@
 """The crash suite: one contract test, run against every crash point.
 
-For each point in ``labkit.CRASH_POINTS`` a real ``python -m labkit run`` child kills
+For each point in ``labkit.RUN_POINTS`` a real ``python -m labkit run`` child kills
 itself with SIGKILL there; ``python -m labkit recover`` then runs in a fresh process, and
 the seven invariants of DESIGN.md are checked twice: by ``labkit.check_invariants``, and
 by this file's own assertions on ``status --json`` and on the database read with plain
@@ -56,10 +56,10 @@ RECOVER_WITH_CRASH = (
 def test_the_suite_covers_the_points_the_design_requires():
     """DESIGN: before the read, between read and commit, after the evidence commit, inside
     the completion transaction, after the completion commit, in run order."""
-    assert set(STATE_AT_CRASH) == set(labkit.CRASH_POINTS)
-    assert list(labkit.CRASH_POINTS) == sorted(labkit.CRASH_POINTS, key=list(STATE_AT_CRASH).index)
+    assert set(STATE_AT_CRASH) == set(labkit.RUN_POINTS)
+    assert list(labkit.RUN_POINTS) == sorted(labkit.RUN_POINTS, key=list(STATE_AT_CRASH).index)
     assert labkit.BETWEEN_READ_AND_COMMIT == {"after_read", "before_evidence_commit"}
-    assert labkit.BETWEEN_READ_AND_COMMIT <= set(labkit.CRASH_POINTS)
+    assert labkit.BETWEEN_READ_AND_COMMIT <= set(labkit.RUN_POINTS)
 
 
 def expected_reads(*crash_points: str) -> int:
@@ -113,7 +113,7 @@ def assert_nothing_more_happens(lab, cli, snapshot, incidents) -> None:
 # =========================================================================== one crash, one recovery
 
 
-@pytest.mark.parametrize("point", labkit.CRASH_POINTS)
+@pytest.mark.parametrize("point", labkit.RUN_POINTS)
 def test_crash_then_recover_keeps_every_invariant(point, lab, cli, status, query, snapshot):
     crashed = cli("run", "--db", lab.db, "--incident", INC, "--crash-at", point)
     assert crashed.returncode == KILLED, f"{crashed}\n{crashed.stderr}"
@@ -146,7 +146,7 @@ def test_crash_then_recover_keeps_every_invariant(point, lab, cli, status, query
 def test_every_point_crashed_in_one_database_then_one_recovery(lab, cli, status, query, snapshot):
     """One incident killed at each point, all resumed by a single recover."""
     incidents = ["INC-1001", "INC-1002", "INC-1004", "INC-1005", "INC-1008", "INC-1012", "INC-1014"]
-    plan = dict(zip(incidents, labkit.CRASH_POINTS, strict=True))
+    plan = dict(zip(incidents, labkit.RUN_POINTS, strict=True))
     for incident, point in plan.items():
         assert cli("run", "--db", lab.db, "--incident", incident, "--crash-at", point).returncode == KILLED
     recovered = cli("recover", "--db", lab.db)
@@ -165,7 +165,7 @@ def test_every_point_crashed_in_one_database_then_one_recovery(lab, cli, status,
 # =========================================================================== a crash during recovery
 
 
-@pytest.mark.parametrize("point", labkit.CRASH_POINTS)
+@pytest.mark.parametrize("point", labkit.RUN_POINTS)
 def test_a_crash_during_recovery_is_recovered_too(point, lab, cli, status, query, python_child):
     """The first crash falls between read and commit; recovery itself is then killed at
     ``point``; a second recovery finishes. Invariant 5 counts both crashes."""

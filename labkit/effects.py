@@ -1,0 +1,269 @@
+"""The effect ledger: an action outside the database, recorded so that a restart cannot guess.
+
+A receipt and a step share one database, so they commit together. A ticket opened through
+a network API does not: the ticket service commits in its own store, and its answer can be
+lost on the way back. So the effect gets a row of its own, and a stable **operation
+identity** (:func:`operation_key`) that travels with every request as its
+``Idempotency-Key``:
+
+- ``intended``: recorded in the completion transaction, before anything is sent;
+- ``done``: the destination answered with its ticket, which is recorded;
+- ``uncertain``: a send whose outcome nobody knows (a timeout after sending, a dropped
+  connection), or a destination that cannot be asked: listed by ``python -m labkit
+  effects`` until reconciled or resolved;
+- ``resolved``: a person decided (``python -m labkit resolve``), with a reason.
+
+Recovery never resends blindly. It first asks the destination by key
+(:func:`~labkit.tickets.tickets_for_key`): found, the ticket is recorded; absent, the same
+request is sent again under the same key (the service replays, it cannot duplicate);
+cannot be asked, the effect stays uncertain for a person. Taught in 09_external_effects.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from .clock import Clock
+from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
+from .database import require_write_transaction, transaction
+from .errors import BadInput, RunFailure
+from .jsontext import canonical_json
+
+#: Schema version 4 (store.MIGRATIONS applies it once; never edited). The CHECK holds the
+#: rule the lesson is about: an effect is never done without the destination's ticket.
+EFFECTS_TABLE_V4 = """CREATE TABLE effects (
+            incident       TEXT PRIMARY KEY REFERENCES runs (incident),
+            operation_key  TEXT NOT NULL UNIQUE,   -- the Idempotency-Key of every request for this effect
+            request        TEXT NOT NULL,          -- the body sent under that key (JSON): a resend is identical
+            state          TEXT NOT NULL CHECK (state IN ('intended', 'uncertain', 'done', 'resolved')),
+            ticket         TEXT,                   -- the destination's ticket id
+            attempts       INTEGER NOT NULL DEFAULT 0,
+            last_outcome   TEXT NOT NULL DEFAULT '',
+            reason         TEXT,                   -- a person's resolution
+            updated_at     TEXT NOT NULL,
+            CHECK (state != 'done' OR ticket IS NOT NULL)
+        ) STRICT"""
+
+#: How long the workflow waits for the ticket service before the outcome is unknown, in s.
+TICKET_TIMEOUT = 1.0
+
+STATES = ("intended", "uncertain", "done", "resolved")
+
+
+@dataclass(frozen=True)
+class Effect:
+    incident: str
+    operation_key: str
+    request: dict
+    state: str
+    ticket: str | None
+    attempts: int
+    last_outcome: str
+    reason: str | None
+    updated_at: str
+
+    def as_status(self) -> dict[str, object]:
+        return {"state": self.state, "operation_key": self.operation_key, "ticket": self.ticket}
+
+
+NO_EFFECT = {"state": "none", "operation_key": None, "ticket": None}
+
+
+class EffectNotUncertain(BadInput):
+    def __init__(self, incident: str, state: str):
+        self.incident, self.state = incident, state
+        super().__init__(f"the effect of run {incident!r} is {state}, not uncertain: only an uncertain effect is resolved by hand")
+
+
+class NoEffect(BadInput):
+    def __init__(self, incident: str):
+        self.incident = incident
+        super().__init__(f"run {incident!r} has no effect to resolve (it was run without --tickets)")
+
+
+class EffectOutcomeUnknown(RunFailure):
+    """The ticket request's outcome is unknown; the effect is recorded as uncertain."""
+
+    def __init__(self, incident: str, detail: str):
+        self.incident, self.detail = incident, detail
+        super().__init__(
+            f"the ticket for run {incident!r} may or may not exist ({detail}); recorded as uncertain: "
+            "recover reconciles it with the ticket service"
+        )
+
+
+class EffectNotDone(RunFailure):
+    """The destination did nothing (it failed before committing, or could not be reached)."""
+
+    def __init__(self, incident: str, detail: str):
+        self.incident, self.detail = incident, detail
+        super().__init__(f"the ticket for run {incident!r} was not opened ({detail}); a retry sends the same request again")
+
+
+class EffectConflict(BadInput):
+    def __init__(self, incident: str, detail: str):
+        self.incident, self.detail = incident, detail
+        super().__init__(f"the ticket service refused the request of run {incident!r} ({detail}); recorded as uncertain for a person")
+
+
+def operation_key(incident: str, workflow_version: int, step: str = "open_ticket") -> str:
+    """The effect's identity: the same run, step and workflow version always give the same key."""
+    digest = hashlib.sha256(f"{step}:{incident}:v{workflow_version}".encode()).hexdigest()
+    return f"op-{digest[:16]}"
+
+
+def _from_row(row: sqlite3.Row) -> Effect:
+    return Effect(
+        row["incident"], row["operation_key"], json.loads(row["request"]), row["state"], row["ticket"], row["attempts"],
+        row["last_outcome"], row["reason"], row["updated_at"],
+    )
+
+
+def find_effect_txn(conn: sqlite3.Connection, incident: str) -> Effect | None:
+    row = conn.execute("SELECT * FROM effects WHERE incident = ?", (incident,)).fetchone()
+    return _from_row(row) if row else None
+
+
+def list_effects_txn(conn: sqlite3.Connection, states: tuple[str, ...] = STATES) -> list[Effect]:
+    marks = ", ".join("?" for _ in states)
+    rows = conn.execute(f"SELECT * FROM effects WHERE state IN ({marks}) ORDER BY incident", states)
+    return [_from_row(row) for row in rows]
+
+
+def record_intent_txn(conn: sqlite3.Connection, incident: str, key: str, request: Mapping[str, object], clock: Clock) -> Effect:
+    """Record, before anything is sent, that this effect is to happen, under its operation key."""
+    require_write_transaction(conn, "record_intent_txn")
+    stored = find_effect_txn(conn, incident)
+    if stored is not None:
+        return stored
+    at = clock.now()
+    conn.execute(
+        "INSERT INTO effects (incident, operation_key, request, state, updated_at) VALUES (?, ?, ?, 'intended', ?)",
+        (incident, key, canonical_json(request), at),
+    )
+    return Effect(incident, key, dict(request), "intended", None, 0, "", None, at)
+
+
+def _mark_txn(
+    conn: sqlite3.Connection, effect: Effect, state: str, clock: Clock, *, ticket: str | None = None, outcome: str,
+    starting_send: bool = False, reason: str | None = None,
+) -> Effect:
+    """Compare-and-set on the effect's state and attempts: another worker that moved it first wins.
+
+    ``starting_send`` counts an attempt *before* the request leaves: after a crash, an effect
+    with no attempt was certainly never sent, and one with an attempt may have been.
+    """
+    require_write_transaction(conn, "_mark_txn")
+    attempts = effect.attempts + (1 if starting_send else 0)
+    current = find_effect_txn(conn, effect.incident)
+    unchanged = current is not None and reason in (None, current.reason) and (
+        (current.state, current.ticket, current.attempts, current.last_outcome) == (state, ticket, attempts, outcome)
+    )
+    if current is not None and unchanged:
+        # Nothing would change but the time (a destination that still cannot be asked, asked
+        # again by a second recovery): write nothing, so that recovering again changes nothing.
+        return current
+    at = clock.now()
+    cursor = conn.execute(
+        "UPDATE effects SET state = ?, ticket = ?, attempts = ?, last_outcome = ?, reason = COALESCE(?, reason), updated_at = ?"
+        " WHERE incident = ? AND state = ? AND attempts = ?",
+        (state, ticket, attempts, outcome, reason, at, effect.incident, effect.state, effect.attempts),
+    )
+    if cursor.rowcount != 1:
+        current = find_effect_txn(conn, effect.incident)
+        return current if current is not None else effect
+    kept = effect.reason if reason is None else reason
+    return Effect(effect.incident, effect.operation_key, effect.request, state, ticket, attempts, outcome, kept, at)
+
+
+def ticket_request(report: Mapping[str, object]) -> dict[str, str]:
+    """The ticket the incident's report asks for: built from the receipt, so every resend is identical."""
+    return {"incident": str(report["incident"]), "title": str(report["headline"]), "summary": str(report["summary"])}
+
+
+def open_ticket(
+    conn: sqlite3.Connection,
+    incident: str,
+    url: str,
+    clock: Clock,
+    *,
+    crash: CrashPlan = NO_CRASH,
+    timeout: float = TICKET_TIMEOUT,
+) -> Effect:
+    """Bring the run's effect to ``done`` (or an honest ``uncertain``), never sending it twice.
+
+    An effect recorded before this call may have been sent already (a crash between the
+    send and its record, a timeout): it is reconciled first, by asking the destination for
+    its key. Only an effect known not to be at the destination is sent, and always under
+    the same key and body.
+    """
+    from .tickets import post_ticket, tickets_for_key
+
+    with transaction(conn):
+        effect = find_effect_txn(conn, incident)
+    if effect is None:
+        raise NoEffect(incident)
+    if effect.state in ("done", "resolved"):
+        return effect
+    if effect.attempts > 0:
+        # A send may have left before the process died or the answer was lost: only the
+        # destination knows whether the ticket exists. Ask it before anything else.
+        effect = _reconcile(conn, effect, url, clock, timeout, tickets_for_key)
+        if effect.state != "intended":
+            return effect
+    crash.reached(CrashPoint.BEFORE_SEND, conn)
+    with transaction(conn):
+        effect = _mark_txn(conn, effect, "intended", clock, outcome="sending", starting_send=True)
+    answer = post_ticket(url, effect.operation_key, effect.request, timeout)
+    crash.reached(CrashPoint.AFTER_SEND, conn)
+    with transaction(conn):
+        if answer.outcome in ("created", "replayed"):
+            return _mark_txn(conn, effect, "done", clock, ticket=answer.ticket, outcome=answer.outcome)
+        if answer.outcome == "failed":
+            _mark_txn(conn, effect, "intended", clock, outcome=f"failed: {answer.detail}"[:200])
+            raise_after: RunFailure | BadInput = EffectNotDone(incident, answer.detail or "the service did nothing")
+        elif answer.outcome == "refused":
+            _mark_txn(conn, effect, "uncertain", clock, outcome=f"refused {answer.status}: {answer.detail}"[:200])
+            raise_after = EffectConflict(incident, f"HTTP {answer.status}: {answer.detail}")
+        else:
+            _mark_txn(conn, effect, "uncertain", clock, outcome=f"unknown: {answer.detail}"[:200])
+            raise_after = EffectOutcomeUnknown(incident, answer.detail or "no answer")
+    raise raise_after
+
+
+def _reconcile(conn, effect: Effect, url: str, clock: Clock, timeout: float, tickets_for_key) -> Effect:
+    """Ask the destination what happened under the effect's key, and record what it says."""
+    lookup = tickets_for_key(url, effect.operation_key, timeout)
+    with transaction(conn):
+        if lookup.outcome == "found":
+            return _mark_txn(conn, effect, "done", clock, ticket=lookup.ticket, outcome="reconciled: found by key")
+        if lookup.outcome == "absent":
+            # Nothing under this key: sending again, under the same key, is safe.
+            return _mark_txn(conn, effect, "intended", clock, outcome="reconciled: absent, to be sent again")
+        if lookup.outcome == "cannot_query":
+            return _mark_txn(conn, effect, "uncertain", clock, outcome="the destination cannot be asked by key: a person must decide")
+    raise EffectOutcomeUnknown(effect.incident, f"the ticket service could not be asked ({lookup.detail or lookup.outcome})")
+
+
+def resolve(db, incident: str, ticket: str | None, reason: str, clock: Clock) -> Effect:
+    """Record a person's decision about an uncertain effect: the ticket that exists, or none."""
+    from contextlib import closing
+
+    from .store import connect
+
+    if not reason.strip():
+        raise BadInput("a resolution needs a reason (--reason TEXT): it is a decision someone made")
+    if ticket is not None and not ticket.strip():
+        raise BadInput("--ticket is empty: name the ticket that exists at the destination, or give --none")
+    with closing(connect(db, create=False)) as conn, transaction(conn):
+        effect = find_effect_txn(conn, incident)
+        if effect is None:
+            raise NoEffect(incident)
+        if effect.state != "uncertain":
+            raise EffectNotUncertain(incident, effect.state)
+        outcome = f"resolved by hand: {'ticket ' + ticket if ticket else 'no ticket'}"
+        return _mark_txn(conn, effect, "resolved", clock, ticket=ticket, outcome=outcome, reason=reason)

@@ -1,0 +1,952 @@
+"""The remote ticket service of 09_external_effects, and the client the workflow reaches it with.
+
+The service is "the outside world": a real HTTP server in its own process, on 127.0.0.1
+only, keeping its own records in its own SQLite file (never labkit's checkpoint database).
+Its contract follows the IETF Idempotency-Key draft (draft-ietf-httpapi-idempotency-key-header,
+section "Error Scenarios"):
+
+- ``POST /tickets`` with a JSON body ``{"incident", "title", "summary"}`` and an
+  ``Idempotency-Key`` header: **201** ``{"ticket", "incident", "key", "created": true}`` for a
+  new key; **200** with ``"created": false`` and the ticket already made, for a key already
+  used with the same body (a replay: "respond with the result of the previously completed
+  operation"); **422** for a key already used with another body (the draft's status for a
+  reused key); **400** for a missing key (the draft's status), a malformed key, malformed JSON
+  or fields. The body's fingerprint is the sha256 of its canonical JSON.
+- ``GET /tickets?key=K``: a JSON list, empty or of one; ``GET /tickets``: every ticket, in
+  creation order. Another path: 404; another method on ``/tickets``: 405.
+- **409** (the draft's "request still being processed") is never sent: the look-up of the key
+  and the insert are one SQLite write transaction, so a concurrent request with the same key
+  waits for the lock and then finds the committed ticket (a replay).
+- A 5xx from this service always carries ``"stored": false``: it is sent only when nothing was
+  committed, and the client counts on that promise, not on the status alone.
+
+Fault modes (``--fault``), for POST /tickets only, optionally for the first N POSTs only
+(``--fault-times N``; the count lives in the process and starts again on a restart):
+``slow-after-commit`` (commits, then waits ``--fault-delay`` seconds before answering),
+``drop-after-commit`` (commits, then closes the connection without a response),
+``fail-before-commit`` (500, nothing stored), ``no-idempotency`` (ignores the key: every POST
+makes a new ticket, stored with no key; ``GET ?key=`` answers 501, "cannot be queried by key").
+
+The client (:func:`post_ticket`, :func:`tickets_for_key`) turns every way a request can end
+into an outcome, and says which are knowable (see :class:`TicketAnswer`). A lesson starts the
+service as a child process with :class:`TicketService`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import errno
+import hashlib
+import json
+import os
+import queue
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from contextlib import closing
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+from . import store as checkpoint_store
+from .clock import Clock, clock_from_env
+from .database import check_path, open_database, quick_check, read_transaction, schema_made_by, set_wal, transaction, translate
+from .errors import BadInput, DatabaseUnavailable, LabError, RunFailure, shown
+from .jsontext import JsonProblem, canonical_json, strict_loads
+from .processes import child_env
+
+#: The only address the service listens on: it is a lab's stand-in, never a public service.
+HOST = "127.0.0.1"
+
+#: Written into the store's header (``PRAGMA application_id``): "TKTS". labkit's checkpoint
+#: database says "LABK"; the two files can never be mistaken for each other.
+APPLICATION_ID = int.from_bytes(b"TKTS", "big")
+SCHEMA_VERSION = 1
+SCHEMA = (
+    """CREATE TABLE tickets (
+        ticket_id        TEXT PRIMARY KEY,        -- T-0001, T-0002, ...: from the store's own sequence
+        idempotency_key  TEXT UNIQUE,             -- NULL when the service ignored the key (no-idempotency)
+        request_digest   TEXT NOT NULL,           -- sha256 of the canonical request body: the draft's fingerprint
+        incident         TEXT NOT NULL,
+        title            TEXT NOT NULL,
+        body             TEXT NOT NULL,           -- the request as canonical JSON
+        created_at       TEXT NOT NULL
+    ) STRICT""",
+)
+COLUMNS = ("ticket_id", "idempotency_key", "request_digest", "incident", "title", "body", "created_at")
+
+SLOW, DROP, FAIL, NO_IDEMPOTENCY = "slow-after-commit", "drop-after-commit", "fail-before-commit", "no-idempotency"
+FAULTS = (SLOW, DROP, FAIL, NO_IDEMPOTENCY)
+#: The faults that --fault-times may limit: a service cannot sensibly start keeping keys half way.
+COUNTED_FAULTS = (SLOW, DROP, FAIL)
+DEFAULT_FAULT_DELAY = 2.0
+
+FIELDS = {"incident": 200, "title": 200, "summary": 10_000}  # the request's fields and their longest length
+MAX_BODY_BYTES = 64 * 1024
+MAX_KEY_LENGTH = 255
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class NotATicketStore(BadInput):
+    """A SQLite file that is not the ticket service's own: it will not add its table to it."""
+
+    def __init__(self, path: str, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"{shown(path, 200)} is a SQLite database, but not a ticket service store ({reason}); refusing to touch it")
+
+
+class BadServiceOption(BadInput):
+    """An option of ``ticket-service`` that the service refuses before touching any file."""
+
+    def __init__(self, option: str, value: object, reason: str):
+        self.option, self.value, self.reason = option, value, reason
+        super().__init__(f"{option} {shown(value)}: {reason}")
+
+
+class BadTicketServiceUrl(BadInput):
+    def __init__(self, url: str, reason: str):
+        self.url, self.reason = url, reason
+        super().__init__(f"ticket service URL {shown(url)}: {reason}")
+
+
+class CannotListen(RunFailure):
+    def __init__(self, port: int, reason: str):
+        self.port, self.reason = port, reason
+        super().__init__(f"the ticket service cannot listen on {HOST}:{port}: {reason}")
+
+
+class TicketServiceFailed(LabError):
+    """The service's child process ended before it printed its URL; ``message`` is its one line."""
+
+    def __init__(self, returncode: int, message: str):
+        self.returncode, self.message = returncode, message
+        self.exit_code = returncode if returncode in (1, 2) else 1
+        super().__init__(message or f"the ticket service exited with status {returncode} before printing its URL")
+
+
+# --------------------------------------------------------------------------- the service's own store
+
+
+def open_store(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open (and, unless ``readonly``, create) the service's store, refusing any other file.
+
+    The same steps as :func:`labkit.store.connect`: the path checked, the file identified by
+    its application id, version and tables before anything is written, WAL, ``synchronous=FULL``
+    and the table made in one transaction. A missing file is created only when not ``readonly``.
+    """
+    path = check_path(path, must_exist=readonly)
+    conn = open_database(path, readonly=readonly)
+    try:
+        found = _identify(conn, path)
+        quick_check(conn, path)
+        if not readonly:
+            set_wal(conn)
+            conn.execute("PRAGMA synchronous = FULL")
+            if found == 0:
+                with transaction(conn):
+                    if _identify(conn, path) == 0:  # read again under the write lock
+                        for statement in SCHEMA:
+                            conn.execute(statement)
+                        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    except sqlite3.Error as error:
+        conn.close()
+        raise translate(error, path) from None
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _identify(conn: sqlite3.Connection, path: Path) -> int:
+    """0 for an empty file, else the store's version; anything else is refused in one line."""
+    with read_transaction(conn):
+        app_id, version, entries = conn.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id),"
+            " (SELECT user_version FROM pragma_user_version),"
+            " (SELECT json_group_array(json_array(type, name, tbl_name, sql)) FROM"
+            "  (SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name))"
+        ).fetchone()
+    schema = [tuple(entry) for entry in json.loads(entries)]
+    tables = ", ".join(sorted(name for kind, name, _, _ in schema if kind == "table")[:3])
+    where = str(path)
+    if app_id == checkpoint_store.APPLICATION_ID:
+        raise NotATicketStore(where, "it is a labkit checkpoint database; the service keeps its own file")
+    if app_id not in (0, APPLICATION_ID):
+        raise NotATicketStore(where, f"its application id is {app_id}, another program's")
+    if app_id == 0:
+        if schema or version:
+            raise NotATicketStore(where, f"it holds tables ({tables or 'none'}) but not the ticket service's application id")
+        return 0
+    if version != SCHEMA_VERSION or schema != schema_made_by(list(SCHEMA)):
+        raise NotATicketStore(where, f"its schema (version {version}, tables {tables or 'none'}) is not the one this service writes")
+    return version
+
+
+def store_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Every row of the service's ``tickets`` table, in creation order, read directly and read-only.
+
+    For a lesson's "the service's own table" view; works while the service runs and after it
+    was killed (what it committed is in the file).
+    """
+    with closing(open_store(path, readonly=True)) as conn:
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tickets'").fetchone() is None:
+            return []  # an empty file: the service has not started on it yet
+        return [dict(row) for row in conn.execute(f"SELECT {', '.join(COLUMNS)} FROM tickets ORDER BY rowid")]
+
+
+def request_digest(request: Mapping[str, object]) -> str:
+    """The request's fingerprint: sha256 of its canonical JSON (the draft's "checksum of the entire payload")."""
+    return hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
+
+
+# --------------------------------------------------------------------------- the HTTP server
+
+
+class _Problem(Exception):
+    """An HTTP error answer: status, title, detail, and whether nothing was stored."""
+
+    def __init__(self, status: int, title: str, detail: str):
+        self.status, self.title, self.detail = status, title, detail
+        super().__init__(detail)
+
+
+@dataclass
+class Faults:
+    """The fault a POST gets: ``mode`` for the first ``times`` POSTs (None: for all of them)."""
+
+    mode: str | None = None
+    times: int | None = None
+    delay: float = DEFAULT_FAULT_DELAY
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def take(self) -> str | None:
+        if self.mode is None:
+            return None
+        with self._lock:
+            if self.times is None:
+                return self.mode
+            if self.times > 0:
+                self.times -= 1
+                return self.mode
+            return None
+
+
+class TicketServer(ThreadingHTTPServer):
+    """The HTTP server: a thread per connection, a SQLite connection per request."""
+
+    daemon_threads = True  # a slow answer still sleeping must not hold up SIGTERM
+
+    def __init__(self, store: str | Path, *, port: int = 0, faults: Faults | None = None, host: str = HOST):
+        if host != HOST:
+            raise BadServiceOption("--host", host, f"the ticket service listens on {HOST} only")
+        with closing(open_store(store)) as conn:  # refuse a file that is not its own before binding
+            with read_transaction(conn):
+                latest = conn.execute("SELECT max(created_at) FROM tickets").fetchone()[0]
+        self.store = Path(store)
+        self.faults = faults or Faults()
+        self.clock: Clock = clock_from_env(latest)
+        self.clock_lock = threading.Lock()
+        try:
+            super().__init__((HOST, port), _Handler)
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise CannotListen(port, "the port is already in use") from None
+            raise CannotListen(port, error.strerror or str(error)) from None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.server_address[1]}"
+
+    def handle_error(self, request, client_address) -> None:
+        # A client that went away (it timed out on a slow answer) is not the service's error.
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError | TimeoutError):
+            return
+        print(f"ticket service: {type(error).__name__}: {' '.join(str(error).splitlines())}", file=sys.stderr, flush=True)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "labkit-tickets/1"
+    sys_version = ""
+    timeout = 30  # a client that stops sending mid-request does not hold a thread for ever
+    server: TicketServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # stdout carries only the URL; requests are not logged
+
+    def version_string(self) -> str:
+        return self.server_version
+
+    # ----------------------------------------------------------------- routes
+
+    def do_GET(self) -> None:
+        self._route("GET")
+
+    def do_POST(self) -> None:
+        self._route("POST")
+
+    def do_PUT(self) -> None:
+        self._route("PUT")
+
+    def do_PATCH(self) -> None:
+        self._route("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._route("DELETE")
+
+    def _route(self, method: str) -> None:
+        url = urlsplit(self.path)
+        try:
+            if url.path != "/tickets":
+                self.close_connection = True  # any body is left unread
+                raise _Problem(404, "Not Found", f"no such resource {url.path[:80]!r}: the service has /tickets only")
+            if method == "GET":
+                self._send(200, self._list(url.query))
+            elif method == "POST":
+                self._post(url.query)
+            else:
+                self.close_connection = True
+                raise _Problem(405, "Method Not Allowed", f"{method} /tickets: use GET or POST")
+        except _Problem as problem:
+            self._send_problem(problem)
+        except (sqlite3.Error, LabError) as error:  # a GET that could not read the store
+            self._send_problem(_Problem(503, "Service Unavailable", f"cannot read the store: {' '.join(str(error).splitlines())[:200]}"))
+
+    def _list(self, query: str) -> list[dict[str, Any]]:
+        params = parse_qs(query, keep_blank_values=True)
+        if set(params) - {"key"}:
+            raise _Problem(400, "Bad Request", "GET /tickets takes one query parameter, key")
+        with closing(open_database(self.server.store, readonly=True)) as conn:
+            if "key" not in params:
+                rows = conn.execute(f"SELECT {', '.join(COLUMNS)} FROM tickets ORDER BY rowid").fetchall()
+            else:
+                if self.server.faults.mode == NO_IDEMPOTENCY:
+                    raise _Problem(501, "Not Implemented", "this service ignores Idempotency-Key, so its tickets cannot be queried by key")
+                if len(params["key"]) != 1:
+                    raise _Problem(400, "Bad Request", "give key once")
+                key = _check_key(params["key"][0])
+                rows = conn.execute(f"SELECT {', '.join(COLUMNS)} FROM tickets WHERE idempotency_key = ?", (key,)).fetchall()
+        return [_shown_ticket(row) for row in rows]
+
+    def _post(self, query: str) -> None:
+        if query:
+            self.close_connection = True
+            raise _Problem(400, "Bad Request", "POST /tickets takes no query parameters")
+        request = _check_request(self._read_body())
+        no_idempotency = self.server.faults.mode == NO_IDEMPOTENCY
+        key = None if no_idempotency else self._key()
+        fault = self.server.faults.take()
+        if fault == FAIL:
+            raise _Problem(500, "Internal Server Error", "fault fail-before-commit: nothing was stored")
+        try:
+            ticket, created = self._commit(key, request)
+        except _Problem:
+            raise
+        except (DatabaseUnavailable, sqlite3.OperationalError) as error:  # rolled back: nothing was stored
+            raise _Problem(503, "Service Unavailable", f"nothing was stored: {' '.join(str(error).splitlines())[:200]}") from None
+        except Exception as error:  # rolled back by transaction(): nothing was stored
+            print(f"ticket service: {type(error).__name__}: {' '.join(str(error).splitlines())}", file=sys.stderr, flush=True)
+            raise _Problem(500, "Internal Server Error", "nothing was stored") from None
+        # Committed. From here on the ticket exists, whatever the client hears.
+        if fault == SLOW:
+            time.sleep(self.server.faults.delay)
+        if fault == DROP:
+            self.close_connection = True
+            return  # no status line, no headers: the connection just closes
+        self._send(201 if created else 200, {"ticket": ticket, "incident": request["incident"], "key": key, "created": created})
+
+    def _commit(self, key: str | None, request: dict[str, str]) -> tuple[str, bool]:
+        digest = request_digest(request)
+        with closing(open_database(self.server.store)) as conn:
+            conn.execute("PRAGMA synchronous = FULL")
+            with transaction(conn):
+                if key is not None:
+                    row = conn.execute("SELECT ticket_id, request_digest FROM tickets WHERE idempotency_key = ?", (key,)).fetchone()
+                    if row is not None:
+                        if row["request_digest"] != digest:
+                            raise _Problem(
+                                422,
+                                "Unprocessable Content",
+                                f"Idempotency-Key {key[:60]!r} was already used for ticket {row['ticket_id']} with another body",
+                            )
+                        return row["ticket_id"], False
+                ticket = "T-{:04d}".format(conn.execute("SELECT count(*) FROM tickets").fetchone()[0] + 1)
+                with self.server.clock_lock:
+                    now = self.server.clock.now()
+                conn.execute(
+                    f"INSERT INTO tickets ({', '.join(COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    (ticket, key, digest, request["incident"], request["title"], canonical_json(request), now),
+                )
+        return ticket, True
+
+    # ----------------------------------------------------------------- reading the request
+
+    def _read_body(self) -> bytes:
+        if self.headers.get("Transfer-Encoding"):
+            self.close_connection = True
+            raise _Problem(411, "Length Required", "send the body with a Content-Length, not chunked")
+        text = self.headers.get("Content-Length")
+        if text is None:
+            self.close_connection = True
+            raise _Problem(411, "Length Required", "POST /tickets needs a Content-Length")
+        if not text.isdigit():
+            self.close_connection = True
+            raise _Problem(400, "Bad Request", "Content-Length is not a number")
+        length = int(text)
+        if length > MAX_BODY_BYTES:
+            self.close_connection = True
+            raise _Problem(413, "Content Too Large", f"the body is {length} bytes; the limit is {MAX_BODY_BYTES}")
+        return self.rfile.read(length)
+
+    def _key(self) -> str:
+        values = self.headers.get_all("Idempotency-Key") or []
+        if not values:
+            raise _Problem(400, "Bad Request", "Idempotency-Key is missing: POST /tickets requires one")
+        if len(values) > 1:
+            raise _Problem(400, "Bad Request", "Idempotency-Key is given more than once")
+        return _check_key(_parse_key(values[0].strip()))
+
+    # ----------------------------------------------------------------- answering
+
+    def _send(self, status: int, payload: object, content_type: str = "application/json") -> None:
+        data = canonical_json(payload).encode("utf-8")
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        if status == 405:
+            self.send_header("Allow", "GET, POST")
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _send_problem(self, problem: _Problem) -> None:
+        payload: dict[str, object] = {"status": problem.status, "title": problem.title, "detail": problem.detail}
+        if problem.status >= 500:
+            payload["stored"] = False  # the promise the client relies on: a 5xx from here stored nothing
+        self._send(problem.status, payload, "application/problem+json")
+
+
+def _shown_ticket(row: sqlite3.Row) -> dict[str, Any]:
+    body = json.loads(row["body"])
+    return {
+        "ticket": row["ticket_id"],
+        "incident": row["incident"],
+        "title": row["title"],
+        "summary": body.get("summary"),
+        "key": row["idempotency_key"],
+        "created_at": row["created_at"],
+    }
+
+
+def _parse_key(text: str) -> str:
+    """The key from its header: a Structured Fields string (``"abc"``, as the draft says), or, leniently, bare."""
+    if not text.startswith('"'):
+        return text
+    key, index = [], 1
+    while index < len(text):
+        char = text[index]
+        if char == "\\":
+            if index + 1 >= len(text) or text[index + 1] not in '"\\':
+                raise _Problem(400, "Bad Request", "Idempotency-Key is not a valid string: a backslash may only escape \" or \\")
+            key.append(text[index + 1])
+            index += 2
+        elif char == '"':
+            if index != len(text) - 1:
+                raise _Problem(400, "Bad Request", "Idempotency-Key has characters after its closing quote")
+            return "".join(key)
+        else:
+            key.append(char)
+            index += 1
+    raise _Problem(400, "Bad Request", "Idempotency-Key has no closing quote")
+
+
+def _check_key(key: str) -> str:
+    if not key:
+        raise _Problem(400, "Bad Request", "Idempotency-Key is empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise _Problem(400, "Bad Request", f"Idempotency-Key is longer than {MAX_KEY_LENGTH} characters")
+    if not all(" " <= char <= "~" for char in key):
+        raise _Problem(400, "Bad Request", "Idempotency-Key must be printable ASCII")
+    return key
+
+
+def _check_request(data: bytes) -> dict[str, str]:
+    try:
+        request = strict_loads(data)
+    except JsonProblem as problem:
+        raise _Problem(400, "Bad Request", f"the body is not JSON the service accepts: {problem.reason}") from None
+    if not isinstance(request, dict):
+        raise _Problem(400, "Bad Request", "the body must be a JSON object with incident, title and summary")
+    missing, extra = sorted(set(FIELDS) - set(request)), sorted(set(request) - set(FIELDS))
+    if missing or extra:
+        parts = [f"missing {', '.join(missing)}"] if missing else []
+        parts += [f"unknown {', '.join(name[:40] for name in extra[:3])}"] if extra else []
+        raise _Problem(400, "Bad Request", f"the body must have exactly incident, title and summary ({'; '.join(parts)})")
+    for name, longest in FIELDS.items():
+        value = request[name]
+        if not isinstance(value, str) or not value.strip():
+            raise _Problem(400, "Bad Request", f"{name} must be a non-empty string")
+        if len(value) > longest:
+            raise _Problem(400, "Bad Request", f"{name} is longer than {longest} characters")
+    return request
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def _store_path(text: str) -> Path:
+    if not text:
+        raise argparse.ArgumentTypeError("the store path is empty")
+    if text.endswith(os.sep):
+        raise argparse.ArgumentTypeError(f"{shown(text)} ends with a slash, so it names a folder; give a file path")
+    return Path(text)
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a port from 0 to 65535")
+    return int(text)
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number of at least 1")
+    return int(text)
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 600:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is not a number of seconds from 0 to 600")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ticket-service``, for labkit's command line."""
+    parser.add_argument("--store", required=True, type=_store_path, help="the service's own SQLite file (created if missing)")
+    parser.add_argument("--port", type=_port, default=0, help="TCP port on 127.0.0.1 (default 0: a free one)")
+    parser.add_argument("--host", default=HOST, help="must be 127.0.0.1: the service listens nowhere else")
+    parser.add_argument("--fault", choices=FAULTS, help="misbehave on POST /tickets, one way")
+    parser.add_argument("--fault-times", type=_count, metavar="N", help="apply --fault to the first N POSTs only (default: all)")
+    parser.add_argument(
+        "--fault-delay", type=_seconds, default=DEFAULT_FAULT_DELAY, metavar="S",
+        help=f"how long slow-after-commit waits before answering (default {DEFAULT_FAULT_DELAY:g} s)",
+    )
+    parser.add_argument("--until-stdin-closes", action="store_true", help=argparse.SUPPRESS)  # TicketService's lifeline
+
+
+class _Stop(Exception):
+    """Raised in the main thread by SIGTERM, to leave serve_forever."""
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGTERM or SIGINT (exit 0). The first stdout line is the base URL.
+
+    Options are checked before any file is touched; the store is opened (and refused if it
+    is not the service's own) before the port is bound and the URL printed.
+    """
+    if args.host != HOST:
+        raise BadServiceOption("--host", args.host, f"the ticket service listens on {HOST} only")
+    if args.fault_times is not None and args.fault not in COUNTED_FAULTS:
+        raise BadServiceOption("--fault-times", args.fault_times, f"it limits one of {', '.join(COUNTED_FAULTS)}; give that --fault")
+    stopping = threading.Event()
+
+    def stop(signum, frame) -> None:
+        if not stopping.is_set():
+            stopping.set()
+            raise _Stop
+
+    previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
+    server = None
+    try:
+        server = TicketServer(args.store, port=args.port, faults=Faults(args.fault, args.fault_times, args.fault_delay))
+        if args.until_stdin_closes:
+            threading.Thread(target=_stop_when_stdin_closes, daemon=True).start()
+        print(server.url, flush=True)
+        server.serve_forever(poll_interval=0.1)
+    except _Stop:
+        pass
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if server is not None:
+            server.server_close()
+    return 0
+
+
+def _stop_when_stdin_closes() -> None:
+    """The parent holds our stdin: when it goes (even killed by SIGKILL), stop, so nothing is left running."""
+    # os.read, not sys.stdin: a daemon thread blocked inside the buffered reader holds its
+    # lock, and the interpreter would abort at exit trying to close it.
+    try:
+        while os.read(0, 4096):
+            pass
+    except OSError:
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
+# --------------------------------------------------------------------------- the client
+
+PostOutcome = Literal["created", "replayed", "refused", "failed", "unknown"]
+LookupOutcome = Literal["found", "absent", "cannot_query", "refused", "unknown"]
+
+
+@dataclass(frozen=True)
+class TicketAnswer:
+    """How one ``POST /tickets`` ended, as far as the sender can know.
+
+    Knowable (the destination's state for this key is certain):
+
+    - ``created`` (201) / ``replayed`` (200): the ticket exists; ``ticket`` is its id.
+    - ``refused`` (4xx; ``status`` says which): the destination did nothing for this request.
+      400 is a programming error (no key, a malformed body); 422 means the key was already used
+      with *another* body: the body must be rebuilt exactly as first sent, so record it with
+      the intent.
+    - ``failed``: nothing was done: the connection could not be made (the request never left),
+      or the service answered 5xx with its ``"stored": false`` promise.
+
+    Not knowable: ``unknown``: the request may or may not have been committed. A timeout after
+    the connection was made, a connection closed or reset before a whole answer, a 409 (a
+    request with this key still in progress), a 5xx without the promise, a 2xx whose body
+    cannot be read. Only asking the destination (:func:`tickets_for_key`) can settle it; where
+    it cannot be asked, a person must.
+    """
+
+    outcome: PostOutcome
+    ticket: str | None = None
+    status: int | None = None
+    detail: str = ""
+
+    @property
+    def knowable(self) -> bool:
+        return self.outcome != "unknown"
+
+    @property
+    def committed(self) -> bool | None:
+        """True: a ticket exists for this key; False: this request made nothing; None: cannot know."""
+        return {"created": True, "replayed": True, "refused": False, "failed": False}.get(self.outcome)
+
+
+@dataclass(frozen=True)
+class KeyLookup:
+    """What ``GET /tickets?key=K`` told.
+
+    - ``found`` (``ticket`` is the id) / ``absent``: knowable as of the read. ``absent`` does not
+      stop a request still in flight from committing later; sending again *with the same key*
+      is safe all the same, since the service replays it.
+    - ``cannot_query`` (501): the service keeps no keys; nobody but a person can settle it.
+    - ``refused`` (another 4xx: a malformed key) or ``unknown`` (no answer, a 5xx): nothing learnt;
+      a GET changes nothing, so it may be asked again.
+    """
+
+    outcome: LookupOutcome
+    tickets: tuple[dict[str, Any], ...] = ()
+    status: int | None = None
+    detail: str = ""
+
+    @property
+    def ticket(self) -> str | None:
+        return self.tickets[0]["ticket"] if self.tickets else None
+
+
+def _timeout(timeout: float, connect_timeout: float | None) -> httpx.Timeout:
+    if not timeout > 0 or (connect_timeout is not None and not connect_timeout > 0):
+        raise ValueError("timeouts must be positive numbers of seconds")
+    return httpx.Timeout(timeout, connect=connect_timeout if connect_timeout is not None else timeout)
+
+
+def _endpoint(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadTicketServiceUrl(url, "expected a base URL like http://127.0.0.1:43117")
+    if parts.query or parts.fragment:
+        raise BadTicketServiceUrl(url, "give the base URL only, without a query or fragment")
+    try:
+        _ = parts.port  # urlsplit checks the port only when asked
+    except ValueError:
+        raise BadTicketServiceUrl(url, "its port is not a number from 0 to 65535") from None
+    return url.rstrip("/") + "/tickets"
+
+
+def _detail(response: httpx.Response) -> str:
+    try:
+        payload = response.json()
+    except ValueError:
+        payload = None
+    text = payload.get("detail") if isinstance(payload, dict) else None
+    return " ".join(str(text or response.reason_phrase or "").split())[:300]
+
+
+def post_ticket(
+    url: str, key: str | None, body: Mapping[str, object], timeout: float, *, connect_timeout: float | None = None
+) -> TicketAnswer:
+    """Ask the service at ``url`` to open a ticket for ``body``, under Idempotency-Key ``key``.
+
+    ``timeout`` bounds each of writing the request and waiting for the answer; ``connect_timeout``
+    (default: ``timeout``) bounds making the connection. ``key=None`` sends no key (only a
+    lesson's naive client does). Never raises for what the network or the service does; see
+    :class:`TicketAnswer` for the outcomes. A malformed URL raises :class:`BadTicketServiceUrl`.
+    """
+    endpoint = _endpoint(url)
+    headers = {"Content-Type": "application/json"}
+    if key is not None:
+        escaped = key.replace("\\", "\\\\").replace('"', '\\"')
+        headers["Idempotency-Key"] = f'"{escaped}"'  # a Structured Fields string, as the draft says
+    data = canonical_json(dict(body)).encode("utf-8")
+    try:
+        with httpx.Client(timeout=_timeout(timeout, connect_timeout), trust_env=False) as client:
+            response = client.post(endpoint, content=data, headers=headers)
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as error:
+        return TicketAnswer("failed", detail=f"not sent: could not connect ({type(error).__name__}: {error})")
+    except httpx.TimeoutException as error:
+        return TicketAnswer("unknown", detail=f"sent, then no answer within {timeout:g} s ({type(error).__name__})")
+    except httpx.TransportError as error:
+        return TicketAnswer("unknown", detail=f"sent, then the connection failed before an answer ({type(error).__name__}: {error})")
+    status = response.status_code
+    if status in (200, 201):
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        ticket = payload.get("ticket") if isinstance(payload, dict) else None
+        if isinstance(ticket, str) and ticket:
+            created = status == 201 and payload.get("created") is True
+            return TicketAnswer("created" if created else "replayed", ticket, status, "")
+        return TicketAnswer("unknown", None, status, f"{status} with a body that names no ticket")
+    if status == 409:
+        return TicketAnswer("unknown", None, status, f"409: {_detail(response)} (a request with this key is still in progress)")
+    if 400 <= status < 500:
+        return TicketAnswer("refused", None, status, _detail(response))
+    if status >= 500:
+        try:
+            promise = response.json().get("stored") is False
+        except (ValueError, AttributeError):
+            promise = False
+        return TicketAnswer("failed" if promise else "unknown", None, status, _detail(response))
+    return TicketAnswer("unknown", None, status, f"unexpected status {status}")
+
+
+def tickets_for_key(url: str, key: str, timeout: float, *, connect_timeout: float | None = None) -> KeyLookup:
+    """Ask the service which tickets it holds for ``key`` (reconciliation after an unknown outcome)."""
+    return _lookup(url, {"key": key}, timeout, connect_timeout)
+
+
+def all_tickets(url: str, timeout: float = 5.0) -> list[dict[str, Any]]:
+    """Every ticket the service holds, in creation order; raises ``httpx.HTTPError`` if it cannot tell."""
+    with httpx.Client(timeout=_timeout(timeout, None), trust_env=False) as client:
+        response = client.get(_endpoint(url))
+        response.raise_for_status()
+        return response.json()
+
+
+def _lookup(url: str, params: dict[str, str], timeout: float, connect_timeout: float | None) -> KeyLookup:
+    endpoint = _endpoint(url)
+    try:
+        with httpx.Client(timeout=_timeout(timeout, connect_timeout), trust_env=False) as client:
+            response = client.get(endpoint, params=params)
+    except httpx.HTTPError as error:
+        return KeyLookup("unknown", detail=f"no answer ({type(error).__name__}: {error})")
+    status = response.status_code
+    if status == 200:
+        try:
+            payload = response.json()
+        except ValueError:
+            payload = None
+        if isinstance(payload, list) and all(isinstance(item, dict) and isinstance(item.get("ticket"), str) for item in payload):
+            return KeyLookup("found" if payload else "absent", tuple(payload), status)
+        return KeyLookup("unknown", (), status, "200 with a body that is not a list of tickets")
+    if status == 501:
+        return KeyLookup("cannot_query", (), status, _detail(response))
+    if 400 <= status < 500:
+        return KeyLookup("refused", (), status, _detail(response))
+    return KeyLookup("unknown", (), status, _detail(response))
+
+
+# --------------------------------------------------------------------------- the lesson's helper
+
+#: How a child is started: the command-line contract of ../shared/DESIGN.md.
+CHILD_COMMAND: tuple[str, ...] = ("-m", "labkit", "ticket-service")
+
+_RUNNING: set[TicketService] = set()
+
+
+class TicketService:
+    """The ticket service in a child process, for a lesson or a test.
+
+    ``with TicketService(folder / "tickets.db", fault="slow-after-commit") as service:`` starts
+    ``python -m labkit ticket-service``, reads its URL (``service.url``) and, on leaving, stops it
+    (SIGTERM). ``.kill()`` sends SIGKILL instead; ``.restart()`` starts it again on the same
+    store and port. Nothing is left running: leaving the block stops it, an ``atexit`` hook
+    stops what is still running at exit, and the child stops by itself when this process's end
+    of its stdin closes, which happens even if this process is killed.
+    """
+
+    def __init__(
+        self,
+        store: str | Path,
+        *,
+        fault: str | None = None,
+        fault_times: int | None = None,
+        fault_delay: float | None = None,
+        port: int = 0,
+        env: dict[str, str] | None = None,
+        start_timeout: float = 30.0,
+    ):
+        self.store = Path(store)
+        self.fault, self.fault_times, self.fault_delay = fault, fault_times, fault_delay
+        self.port, self.env, self.start_timeout = port, env, start_timeout
+        self.child: subprocess.Popen[str] | None = None
+        self._url: str | None = None
+        self._stderr: list[str] = []
+        self._stderr_reader: threading.Thread | None = None
+
+    # ----------------------------------------------------------------- life
+
+    def args(self) -> list[str]:
+        args = ["--store", str(self.store), "--port", str(self.port)]
+        if self.fault:
+            args += ["--fault", self.fault]
+        if self.fault_times is not None:
+            args += ["--fault-times", str(self.fault_times)]
+        if self.fault_delay is not None:
+            args += ["--fault-delay", f"{self.fault_delay:g}"]
+        return args
+
+    @property
+    def command(self) -> str:
+        """The command as a lesson shows it: the store by file name only."""
+        shown_args = [Path(a).name if os.sep in a else a for a in self.args()]
+        return "python -m labkit ticket-service " + " ".join(shown_args)
+
+    def start(self) -> TicketService:
+        if self.running:
+            raise RuntimeError("this ticket service is already running; stop it first")
+        self._stderr = []
+        self.child = subprocess.Popen(
+            [sys.executable, *CHILD_COMMAND, *self.args(), "--until-stdin-closes"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(self.env),
+        )
+        _RUNNING.add(self)
+        lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=_pump_stdout, args=(self.child.stdout, lines), daemon=True).start()
+        self._stderr_reader = threading.Thread(target=_collect, args=(self.child.stderr, self._stderr), daemon=True)
+        self._stderr_reader.start()
+        try:
+            first = lines.get(timeout=self.start_timeout)
+        except queue.Empty:
+            first = None
+        if first is None or not first.startswith(f"http://{HOST}:"):
+            self._end(signal.SIGKILL)
+            message = "".join(self._stderr).strip().splitlines()
+            raise TicketServiceFailed(self.child.returncode if self.child.returncode is not None else 1, message[0] if message else "")
+        self._url = first.strip()
+        self.port = int(self._url.rsplit(":", 1)[1])  # so that restart() comes back on the same port
+        return self
+
+    def __enter__(self) -> TicketService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM, wait for the exit (SIGKILL if it does not come); the child's exit status."""
+        return self._end(signal.SIGTERM, timeout)
+
+    def kill(self) -> int | None:
+        """SIGKILL: no code of the service runs; what it committed stays in its store."""
+        return self._end(signal.SIGKILL)
+
+    def restart(self, **changes: Any) -> TicketService:
+        """Stop (if running) and start again on the same store and port; ``changes`` may set
+        ``fault``, ``fault_times`` or ``fault_delay`` anew."""
+        self.stop()
+        for name, value in changes.items():
+            if name not in ("fault", "fault_times", "fault_delay"):
+                raise TypeError(f"restart() cannot change {name!r}")
+            setattr(self, name, value)
+        return self.start()
+
+    def _end(self, signum: signal.Signals, timeout: float = 10.0) -> int | None:
+        child = self.child
+        _RUNNING.discard(self)
+        if child is None:
+            return None
+        if child.poll() is None:
+            child.send_signal(signum)
+            try:
+                child.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+        if child.stdin is not None:
+            child.stdin.close()
+        if self._stderr_reader is not None:
+            self._stderr_reader.join(timeout=5)  # so that .stderr holds everything it said
+        self._url = None
+        return child.returncode
+
+    @property
+    def running(self) -> bool:
+        return self.child is not None and self.child.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.child.pid if self.child is not None else None
+
+    @property
+    def url(self) -> str:
+        if self._url is None or not self.running:
+            raise RuntimeError("the ticket service is not running")
+        return self._url
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._stderr)
+
+    # ----------------------------------------------------------------- what it holds
+
+    def tickets(self, timeout: float = 5.0) -> list[dict[str, Any]]:
+        """``GET /tickets``: what the service says it holds."""
+        return all_tickets(self.url, timeout)
+
+    def store_rows(self) -> list[dict[str, Any]]:
+        """The service's own table, read from its file directly (read-only), running or not."""
+        return store_rows(self.store)
+
+
+def _pump_stdout(stream, lines: queue.Queue) -> None:
+    first = stream.readline()
+    lines.put(first or None)
+    for _ in stream:  # nothing more is expected; keep the pipe from filling all the same
+        pass
+
+
+def _collect(stream, into: list[str]) -> None:
+    for line in stream:
+        into.append(line)
+
+
+@atexit.register
+def _stop_everything() -> None:
+    for service in list(_RUNNING):
+        service.stop(timeout=5)
+
