@@ -39,6 +39,9 @@ from .errors import (
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 
+#: The statement that takes SQLite's write lock; measurements watch for it (10_leases_and_fencing).
+BEGIN_WRITE = "BEGIN IMMEDIATE"
+
 #: How long a writer waits for another process's write lock before giving up, in ms.
 #: Long enough for the lab's concurrent-completion race; short enough to notice a hang.
 BUSY_TIMEOUT_MS = 10_000
@@ -81,6 +84,54 @@ class LabConnection(sqlite3.Connection):
 
     path: Path
     in_write_transaction: bool = False
+    _file_id: tuple[int, int] | None = None
+
+    def close(self) -> None:
+        _forget(self)
+        super().close()
+
+    def __del__(self) -> None:  # a connection dropped without close() must not pin its file
+        _forget(self)
+
+
+#: (device, inode) of every file a LabConnection of this process has open, with how many.
+#: POSIX drops ALL of a process's fcntl locks on a file as soon as ANY descriptor of that
+#: file is closed. SQLite guards its own descriptors against this, but a descriptor opened
+#: and closed beside it (our header check) would silently release the locks an open
+#: connection holds: another process could then think itself the last user and delete the
+#: write-ahead log in use (seen as "Rowid out of order" corruption in the worker soak). So
+#: while a connection is open here, this process never opens that file by hand.
+_OPEN_FILES: dict[tuple[int, int], int] = {}
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino)
+
+
+def _remember(conn: LabConnection) -> None:
+    conn._file_id = _file_id(conn.path)
+    if conn._file_id is not None:
+        _OPEN_FILES[conn._file_id] = _OPEN_FILES.get(conn._file_id, 0) + 1
+
+
+def _forget(conn: LabConnection) -> None:
+    key, conn._file_id = conn._file_id, None
+    if key is not None:
+        left = _OPEN_FILES.get(key, 0) - 1
+        if left > 0:
+            _OPEN_FILES[key] = left
+        else:
+            _OPEN_FILES.pop(key, None)
+
+
+def held_open_here(path: Path) -> bool:
+    """Whether a labkit connection of this process has ``path`` open (so: do not open it by hand)."""
+    key = _file_id(path)
+    return key is not None and key in _OPEN_FILES
 
 
 def check_path(path: str | Path, *, must_exist: bool) -> Path:
@@ -168,7 +219,9 @@ def open_database(path: Path, *, readonly: bool = False) -> LabConnection:
     The file's first bytes are checked before SQLite sees it, so a file that is not a
     database is left byte for byte as it was.
     """
-    if path.exists():
+    # Skipped while this process has the file open: it was checked when first opened, and
+    # closing a descriptor of our own would drop that connection's locks (see _OPEN_FILES).
+    if path.exists() and not held_open_here(path):
         try:
             # Not a plain open(): the file may have become a FIFO since check_path looked.
             fd = open_regular_file(path, os.O_RDONLY, "database", follow_symlinks=True)
@@ -180,6 +233,7 @@ def open_database(path: Path, *, readonly: bool = False) -> LabConnection:
             raise NotADatabase(str(path))
     conn = _open_for_reading(path) if readonly else _connect(str(path), uri=False)
     conn.path = path
+    _remember(conn)
     try:
         conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms()}")
         conn.execute("PRAGMA foreign_keys = ON")
@@ -235,7 +289,7 @@ def _open_for_reading(path: Path) -> LabConnection:
 @contextmanager
 def _atomic(conn: sqlite3.Connection, begin: str, *, commit: bool) -> Iterator[sqlite3.Connection]:
     conn.execute(begin)
-    writing = begin == "BEGIN IMMEDIATE"
+    writing = begin == BEGIN_WRITE
     if writing and isinstance(conn, LabConnection):
         conn.in_write_transaction = True
     try:
@@ -260,7 +314,7 @@ def transaction(conn: sqlite3.Connection) -> AbstractContextManager[sqlite3.Conn
     Any exception, ``KeyboardInterrupt`` included, rolls back. A SIGKILL runs no code at all;
     SQLite discards the uncommitted work when the file is next opened.
     """
-    return _atomic(conn, "BEGIN IMMEDIATE", commit=True)
+    return _atomic(conn, BEGIN_WRITE, commit=True)
 
 
 def write_lock(conn: sqlite3.Connection) -> AbstractContextManager[sqlite3.Connection]:
@@ -268,7 +322,7 @@ def write_lock(conn: sqlite3.Connection) -> AbstractContextManager[sqlite3.Conne
 
     For lessons and tests that need other processes to queue (:func:`labkit.race`).
     """
-    return _atomic(conn, "BEGIN IMMEDIATE", commit=False)
+    return _atomic(conn, BEGIN_WRITE, commit=False)
 
 
 def read_transaction(conn: sqlite3.Connection) -> AbstractContextManager[sqlite3.Connection]:
@@ -382,6 +436,8 @@ def translate(error: sqlite3.Error, path: str | Path) -> LabError:
 
 def _why_not_writable(path: Path) -> str | None:
     """Ask the operating system whether the file can be opened for writing (nothing is written)."""
+    if held_open_here(path):
+        return None  # opening and closing it would drop an open connection's locks
     try:
         os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK | os.O_NOFOLLOW))
     except OSError as error:
