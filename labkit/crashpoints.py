@@ -43,6 +43,7 @@ class CrashPoint(StrEnum):
     AFTER_COMPLETION_COMMIT = "after_completion_commit"    # report_completed is durable
     BEFORE_SEND = "before_send"                            # with --tickets: the effect's intent durable, nothing sent
     AFTER_SEND = "after_send"                              # with --tickets: the ticket request answered, its answer not recorded
+    AFTER_LEASE = "after_lease"                            # leased flow (`work`): a lease committed, nothing done under it yet
 
     def __str__(self) -> str:
         return self.value
@@ -52,6 +53,15 @@ class CrashPoint(StrEnum):
         """Reached only by a run that opens a ticket (``--tickets URL``, 09_external_effects)."""
         return self in (CrashPoint.BEFORE_SEND, CrashPoint.AFTER_SEND)
 
+    @property
+    def needs_lease(self) -> bool:
+        """Reached only by the leased flow of ``python -m labkit work`` (10_leases_and_fencing).
+
+        That flow reaches it first, before ``before_read``; it is listed last so that the
+        points earlier lessons name keep their places.
+        """
+        return self is CrashPoint.AFTER_LEASE
+
 
 #: The names, in run order: what ``python -m labkit crash-points`` prints.
 CRASH_POINTS: tuple[str, ...] = tuple(point.value for point in CrashPoint)
@@ -59,13 +69,17 @@ CRASH_POINTS: tuple[str, ...] = tuple(point.value for point in CrashPoint)
 
 def points(*, tickets: bool) -> tuple[str, ...]:
     """The crash points a run reaches: the three steps, and with ``tickets`` the send around them."""
-    return tuple(point.value for point in CrashPoint if tickets or not point.needs_tickets)
+    return tuple(point.value for point in CrashPoint if (tickets or not point.needs_tickets) and not point.needs_lease)
 
 
 #: The points every run reaches, with or without a ticket to open: what lessons 03 to 06 kill at.
 RUN_POINTS: tuple[str, ...] = points(tickets=False)
 #: The points only a run with ``--tickets URL`` reaches (09_external_effects).
-EFFECT_POINTS: tuple[str, ...] = tuple(point for point in CRASH_POINTS if point not in RUN_POINTS)
+EFFECT_POINTS: tuple[str, ...] = tuple(point.value for point in CrashPoint if point.needs_tickets)
+#: The points a worker of ``python -m labkit work`` reaches, in its order: the lease first, then
+#: the same read, commits and completion as a run, with the read outside any transaction
+#: (10_leases_and_fencing). ``work --crash-at`` takes these.
+LEASE_POINTS: tuple[str, ...] = (CrashPoint.AFTER_LEASE.value, *RUN_POINTS)
 
 #: A crash at these points loses a read that the provider already served: the read repeats (N1).
 BETWEEN_READ_AND_COMMIT: frozenset[CrashPoint] = frozenset({CrashPoint.AFTER_READ, CrashPoint.BEFORE_EVIDENCE_COMMIT})

@@ -9,14 +9,20 @@ from run to run. pandas is imported here only, so the command line starts fast.
 from __future__ import annotations
 
 import json
+import re
 from contextlib import closing
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from .provider import CallLog, call_log_for
 from .status import status_of
 from .store import connect_readonly
+
+if TYPE_CHECKING:
+    from .processes import ChildOutcome
+    from .tickets import TicketService
 
 
 def _query(db: str | Path, sql: str, params: tuple = ()) -> pd.DataFrame:
@@ -105,3 +111,239 @@ def assessments_frame(db: str | Path, incident: str | None = None) -> pd.DataFra
 def migrations_frame(db: str | Path) -> pd.DataFrame:
     """The migration log: which runs moved from which workflow version to which, when and why."""
     return _query(db, "SELECT seq, from_version, to_version, runs, at, reason FROM migrations ORDER BY seq")
+
+
+def effects_frame(db: str | Path) -> pd.DataFrame:
+    """The checkpoint side of an external effect: each run's step and receipt beside its effect row.
+
+    ``attempts`` counts the sends that may have left (one is counted before each send); the
+    last outcome says what the workflow last learnt (09_external_effects).
+    """
+    return _query(
+        db,
+        "SELECT runs.incident, runs.step, receipts.receipt_id, effects.operation_key, effects.state, effects.ticket,"
+        " effects.attempts, effects.last_outcome, COALESCE(effects.reason, '') AS reason"
+        " FROM runs LEFT JOIN receipts USING (incident) JOIN effects USING (incident) ORDER BY runs.incident",
+    )
+
+
+def tickets_frame(store: str | Path | TicketService) -> pd.DataFrame:
+    """The ticket service's own table, read from its file (a path, or a running or killed TicketService).
+
+    Its ids come from the store's own sequence and its times from the service's pinned clock,
+    so the frame is the same on every run of a lesson; a NULL key is a service that ignores keys.
+    """
+    from .tickets import TicketService, store_rows
+
+    path = store.store if isinstance(store, TicketService) else store
+    rows = [(r["ticket_id"], r["idempotency_key"] or "(none)", r["incident"], r["created_at"]) for r in store_rows(path)]
+    return pd.DataFrame(rows, columns=["ticket_id", "idempotency_key", "incident", "created_at"])
+
+
+def effect_and_tickets(db: str | Path, store: str | Path | TicketService) -> str:
+    """Both sides of an external effect, as text: the checkpoint rows above the ticket service's own table.
+
+    An outcome's details in parentheses are cut: which exception a lost answer raised (a
+    timeout, a reset, a closed connection) can vary with timing, and a lesson's output must not.
+    """
+    effects = effects_frame(db).drop(columns="reason")
+    effects["last_outcome"] = effects["last_outcome"].str.split(" (", regex=False).str[0]
+    return "\n".join(["checkpoint database: run, receipt, effect", effects.to_string(index=False),
+                      "ticket service's own table", tickets_frame(store).to_string(index=False)])
+
+
+def outcome_text(outcome: ChildOutcome, every_line: bool = False) -> str:
+    """A child's command and how it ended, as a lesson prints it: its one-line error, or its last
+    line of output (``every_line``: all of them).
+
+    The ticket service's URL is hidden (its port changes on every run), and so are an error's
+    details in parentheses, for the reason given in :func:`effect_and_tickets`.
+    """
+    lines = outcome.stdout.strip().splitlines()
+    said = [outcome.message.split(" (")[0]] if outcome.message else (lines if every_line else lines[-1:])
+    command = re.sub(r"--tickets \S+", "--tickets URL", outcome.command)
+    return f"$ {command}\n  {outcome.status}: " + "\n  ".join(said)
+
+
+# --------------------------------------------------------------------------- leases (10_leases_and_fencing)
+
+
+def _worker(name: str) -> str:
+    # `work` names a worker after its process (worker-1-pid4242); the pid changes on every run.
+    return re.sub(r"-pid\d+$", "", name)
+
+
+def lease_events_frame(db: str | Path, incident: str | None = None) -> pd.DataFrame:
+    """:func:`labkit.lease_log` as a table: every claim, renewal, commit, refusal and release, in commit order.
+
+    ``state_version`` is the run's when claimed or renewed, the new one when committed, and
+    the one the worker expected when refused. ``at`` drops the date (a lesson's runs share one day).
+    """
+    from .leases import lease_log
+
+    rows = [(e.seq, e.at[11:], e.incident, _worker(e.worker), e.token, e.event, e.state_version, e.detail)
+            for e in lease_log(db, incident)]
+    return pd.DataFrame(rows, columns=["seq", "at", "incident", "worker", "token", "event", "state_version", "detail"])
+
+
+def leases_frame(db: str | Path, incident: str | None = None, times: bool = True) -> pd.DataFrame:
+    """One row per lease, by token: who held it, which expired lease it replaced, how it ended.
+
+    ``times=False`` leaves the instants out: leases taken on the wall clock (``work``) differ on every run.
+    """
+    from .database import read_transaction
+    from .leases import leases_txn
+
+    with closing(connect_readonly(db)) as conn, read_transaction(conn):
+        leases = leases_txn(conn, incident)
+    frame = pd.DataFrame(
+        [(row.token, row.incident, _worker(row.worker), row.claimed_at, row.expires_at, row.replaces, row.ended or "(live)",
+          row.ended_at) for row in leases],
+        columns=["token", "incident", "worker", "claimed_at", "expires_at", "replaces", "ended", "ended_at"],
+    )
+    frame["replaces"] = frame["replaces"].astype("Int64")
+    return frame if times else frame.drop(columns=["claimed_at", "expires_at", "ended_at"])
+
+
+#: Seconds per column the timeline may use: the smallest that fits the picture in its width.
+_TIMELINE_STEPS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600)
+_TIMELINE_MARKS = {"claimed": "[", "renewed": "r", "committed": "✓", "refused": "✗"}
+
+
+def lease_timeline(db: str | Path, incident: str | None = None, width: int = 60) -> str:
+    """A picture of the leases as text: one lane per worker, time left to right, the refused commits marked.
+
+    Drawn from the rows alone (``leases`` and ``lease_events``), so it shows what the
+    database knows: a bar is a lease from its claim to its expiry (``)``) or to its end
+    (``]``); a stall or a provider read leaves no row, so it shows as nothing. Meant for a
+    clock in the lesson's hands (:class:`~labkit.clock.ManualClock`); its text table is
+    :func:`lease_events_frame`.
+    """
+    from .clock import parse_instant
+    from .database import read_transaction
+    from .leases import lease_events_txn, leases_txn
+
+    with closing(connect_readonly(db)) as conn, read_transaction(conn):
+        leases = leases_txn(conn, incident)
+        events = lease_events_txn(conn, incident)
+    if not leases:
+        return "(no leases)"
+    origin = min(parse_instant(lease.claimed_at) for lease in leases)
+
+    def at(instant: str) -> float:
+        return (parse_instant(instant) - origin).total_seconds()
+
+    def end(lease) -> tuple[float, str]:
+        if lease.ended in ("completed", "released", "failed") and lease.ended_at is not None:
+            return at(lease.ended_at), "]"
+        return at(lease.expires_at), ")"  # live, or taken over: drawn to the instant it expired
+
+    span = max([at(e.at) for e in events] + [end(lease)[0] for lease in leases])
+    step = next((s for s in _TIMELINE_STEPS if span / s <= width), _TIMELINE_STEPS[-1])
+    columns = int(round(span / step)) + 1
+    workers = list(dict.fromkeys(lease.worker for lease in leases))  # in the order of their first claim
+    lanes = {worker: [" "] * columns for worker in workers}
+
+    def col(seconds: float) -> int:
+        return min(columns - 1, int(round(seconds / step)))
+
+    for lease in leases:
+        lane, first = lanes[lease.worker], col(at(lease.claimed_at))
+        seconds, closer = end(lease)
+        last = col(seconds)
+        lane[first:last + 1] = ["="] * (last - first + 1)
+        label = f"lease {lease.token}"
+        if last - first - 1 >= len(label) + 2:  # the token inside its bar, when it fits
+            middle = first + 1 + (last - first - 1 - len(label)) // 2
+            lane[middle:middle + len(label)] = list(label)
+        lane[last] = closer
+        lane[first] = "["
+    refusals = []
+    for event in events:
+        mark = _TIMELINE_MARKS.get(event.event)
+        if mark:
+            lanes[event.worker][col(at(event.at))] = mark
+        if event.event == "refused":
+            refusals.append(f"✗ at {at(event.at):g} s, {_worker(event.worker)} under token {event.token}: {event.detail}")
+    name_width = max(len(_worker(worker)) for worker in workers) + 3
+    ticks = [" "] * (columns + 8)
+    for column in range(0, columns, 10):
+        text = f"{column * step:g}s"
+        ticks[column:column + len(text)] = list(text)
+    lines = [" " * name_width + "".join(ticks).rstrip()]
+    lines += [_worker(worker).ljust(name_width) + "".join(lanes[worker]).rstrip() for worker in workers]
+    lines.append("[ claimed  = lease live  ) expired  ] ended  r renewed  ✓ commit accepted  ✗ commit refused")
+    return "\n".join(lines + refusals)
+
+
+def work_text(outcome: ChildOutcome, runs: bool = True) -> str:
+    """``python -m labkit work`` as a lesson prints it: the command, how it ended, its lines, its one-line error.
+
+    Process ids are hidden (they change on every run). ``runs=False`` leaves out the lines
+    that say which worker finished which run: with several workers, that varies from run to run.
+    """
+    lines = [line for line in outcome.stdout.strip().splitlines() if runs or not re.match(r"worker \d+: ", line)]
+    lines = [re.sub(r" \(pid \d+\)", "", line) for line in lines]
+    if outcome.message:
+        lines.append(outcome.message)
+    return f"$ {outcome.command}\n  {outcome.status}\n  " + "\n  ".join(lines)
+
+
+def references_frame(db: str | Path, incidents: list[str] | None = None) -> pd.DataFrame:
+    """Each run's evidence summary and its reference, where its raw diagnostic stands, its effect and receipt.
+
+    ``reference`` is the raw diagnostic's location and (in parentheses) the start of its
+    digest, as the evidence row names them; ``raw diagnostic`` is what :func:`labkit.retention.diagnostic_of` says of the reference:
+    kept (with its size), removed (by which retention run), none (no evidence, or evidence
+    stored without one) or missing. ``incidents`` picks some runs (default: every run), in
+    the database's order (11_capacity_and_retention).
+    """
+    from .retention import diagnostic_of
+
+    chosen = f"WHERE runs.incident IN ({', '.join('?' * len(incidents))})" if incidents is not None else ""
+    frame = _query(
+        db,
+        "SELECT runs.incident, runs.step, length(CAST(evidence.body AS BLOB)) AS summary, evidence.digest,"
+        " evidence.diagnostic_digest, evidence.diagnostic_location AS reference, effects.state AS effect,"
+        " receipts.receipt_id AS receipt"
+        " FROM runs LEFT JOIN evidence USING (incident) LEFT JOIN effects USING (incident) LEFT JOIN receipts USING (incident)"
+        f" {chosen} ORDER BY runs.incident",
+        tuple(incidents or ()),
+    )
+    raw = []
+    for incident in frame["incident"]:
+        found = diagnostic_of(db, incident)
+        raw.append({"kept": f"kept, {found.bytes or 0:,} bytes", "removed": f"removed by retention {found.removed_by}"}
+                   .get(found.state, found.state))
+    return pd.DataFrame({
+        "incident": frame["incident"],
+        "step": frame["step"],
+        "summary bytes": [f"{int(size):,}" if pd.notna(size) else "" for size in frame["summary"]],
+        "digest": [digest[:12] if isinstance(digest, str) else "" for digest in frame["digest"]],
+        "reference": [f"{where} ({digest[:12]})" if isinstance(where, str) and isinstance(digest, str) else ""
+                      for where, digest in zip(frame["reference"], frame["diagnostic_digest"], strict=True)],
+        "raw diagnostic": raw,
+        "effect": [state if isinstance(state, str) else "" for state in frame["effect"]],
+        "receipt": [receipt if isinstance(receipt, str) else "" for receipt in frame["receipt"]],
+    })
+
+
+def text_bars(rows: list[dict], label: str, columns: list[str], width: int = 40, unit: str = "") -> str:
+    """A bar chart in text, one bar per column for each row: a plot nbval can compare.
+
+    Bars share one scale, the largest value; each series has its own mark, named in the
+    first line. For the numbers themselves, print the rows as a table beside it.
+    """
+    marks = "█▒░"
+    if not rows or not 1 <= len(columns) <= len(marks):
+        raise ValueError(f"text_bars draws one to {len(marks)} columns of at least one row")
+    top = max(float(row[column]) for row in rows for column in columns) or 1.0
+    legend = "   ".join(f"{mark} {column}" for mark, column in zip(marks, columns, strict=False))
+    head = max(len(f"{label} {row[label]}") for row in rows)
+    lines = [legend]
+    for row in rows:
+        for number, (mark, column) in enumerate(zip(marks, columns, strict=False)):
+            value = float(row[column])
+            name = f"{label} {row[label]}" if number == 0 else ""
+            lines.append(f"{name:>{head}}  {mark * round(value / top * width):<{width}}  {value:,.1f}{unit}")
+    return "\n".join(lines)

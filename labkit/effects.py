@@ -16,7 +16,9 @@ identity** (:func:`operation_key`) that travels with every request as its
 Recovery never resends blindly. It first asks the destination by key
 (:func:`~labkit.tickets.tickets_for_key`): found, the ticket is recorded; absent, the same
 request is sent again under the same key (the service replays, it cannot duplicate);
-cannot be asked, the effect stays uncertain for a person. Taught in 09_external_effects.
+cannot be asked, the effect stays uncertain for a person. That choice is one small function,
+:func:`reconciliation_decision`, which recovery takes as a parameter (``decide=``) so that a
+lesson's exercise can write its own. Taught in 09_external_effects.
 """
 
 from __future__ import annotations
@@ -24,14 +26,18 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .clock import Clock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import require_write_transaction, transaction
 from .errors import BadInput, RunFailure
 from .jsontext import canonical_json
+
+if TYPE_CHECKING:
+    from .tickets import KeyLookup
 
 #: Schema version 4 (store.MIGRATIONS applies it once; never edited). The CHECK holds the
 #: rule the lesson is about: an effect is never done without the destination's ticket.
@@ -52,6 +58,9 @@ EFFECTS_TABLE_V4 = """CREATE TABLE effects (
 TICKET_TIMEOUT = 1.0
 
 STATES = ("intended", "uncertain", "done", "resolved")
+
+#: What reconciliation may do with the destination's answer to "what do you hold under this key?".
+DECISIONS = ("record", "send_again", "leave_uncertain")
 
 
 @dataclass(frozen=True)
@@ -185,6 +194,21 @@ def ticket_request(report: Mapping[str, object]) -> dict[str, str]:
     return {"incident": str(report["incident"]), "title": str(report["headline"]), "summary": str(report["summary"])}
 
 
+def reconciliation_decision(lookup: KeyLookup) -> str:
+    """What recovery does once the destination has answered "what do you hold under this key?".
+
+    ``found``: record the ticket it names. ``absent``: send again, under the same key (the
+    service would replay a request still in flight, never duplicate it). Anything else
+    (``cannot_query``: it keeps no keys; ``unknown`` or ``refused``: no usable answer) cannot
+    be known from here: leave it uncertain, for a person or a later recovery.
+    """
+    if lookup.outcome == "found":
+        return "record"
+    if lookup.outcome == "absent":
+        return "send_again"
+    return "leave_uncertain"
+
+
 def open_ticket(
     conn: sqlite3.Connection,
     incident: str,
@@ -193,13 +217,15 @@ def open_ticket(
     *,
     crash: CrashPlan = NO_CRASH,
     timeout: float = TICKET_TIMEOUT,
+    decide: Callable[[KeyLookup], str] = reconciliation_decision,
 ) -> Effect:
     """Bring the run's effect to ``done`` (or an honest ``uncertain``), never sending it twice.
 
     An effect recorded before this call may have been sent already (a crash between the
     send and its record, a timeout): it is reconciled first, by asking the destination for
-    its key. Only an effect known not to be at the destination is sent, and always under
-    the same key and body.
+    its key, and ``decide`` says what its answer means (:func:`reconciliation_decision`).
+    Only an effect known not to be at the destination is sent, and always under the same
+    key and body.
     """
     from .tickets import post_ticket, tickets_for_key
 
@@ -212,7 +238,7 @@ def open_ticket(
     if effect.attempts > 0:
         # A send may have left before the process died or the answer was lost: only the
         # destination knows whether the ticket exists. Ask it before anything else.
-        effect = _reconcile(conn, effect, url, clock, timeout, tickets_for_key)
+        effect = _reconcile(conn, effect, url, clock, timeout, tickets_for_key, decide)
         if effect.state != "intended":
             return effect
     crash.reached(CrashPoint.BEFORE_SEND, conn)
@@ -235,17 +261,27 @@ def open_ticket(
     raise raise_after
 
 
-def _reconcile(conn, effect: Effect, url: str, clock: Clock, timeout: float, tickets_for_key) -> Effect:
-    """Ask the destination what happened under the effect's key, and record what it says."""
+def _reconcile(conn, effect: Effect, url: str, clock: Clock, timeout: float, tickets_for_key,
+               decide: Callable[[KeyLookup], str]) -> Effect:
+    """Ask the destination what happened under the effect's key, and act as ``decide`` says."""
     lookup = tickets_for_key(url, effect.operation_key, timeout)
+    decision = decide(lookup)
+    if decision not in DECISIONS:
+        raise ValueError(f"decide() returned {decision!r} for a look-up that was {lookup.outcome}; expected one of {', '.join(DECISIONS)}")
     with transaction(conn):
-        if lookup.outcome == "found":
-            return _mark_txn(conn, effect, "done", clock, ticket=lookup.ticket, outcome="reconciled: found by key")
-        if lookup.outcome == "absent":
+        if decision == "record":
+            # With no ticket named (a wrong decision), the table's CHECK refuses "done": never done without it.
+            outcome = "reconciled: found by key" if lookup.outcome == "found" else f"recorded after the look-up said {lookup.outcome}"
+            return _mark_txn(conn, effect, "done", clock, ticket=lookup.ticket, outcome=outcome)
+        if decision == "send_again":
             # Nothing under this key: sending again, under the same key, is safe.
-            return _mark_txn(conn, effect, "intended", clock, outcome="reconciled: absent, to be sent again")
+            outcome = ("reconciled: absent, to be sent again" if lookup.outcome == "absent"
+                       else f"sent again after the look-up said {lookup.outcome}")
+            return _mark_txn(conn, effect, "intended", clock, outcome=outcome)
         if lookup.outcome == "cannot_query":
             return _mark_txn(conn, effect, "uncertain", clock, outcome="the destination cannot be asked by key: a person must decide")
+        if lookup.outcome in ("found", "absent"):
+            return _mark_txn(conn, effect, "uncertain", clock, outcome=f"left uncertain although the look-up said {lookup.outcome}")
     raise EffectOutcomeUnknown(effect.incident, f"the ticket service could not be asked ({lookup.detail or lookup.outcome})")
 
 

@@ -30,6 +30,7 @@ import sys
 import textwrap
 from collections.abc import Callable
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -789,3 +790,512 @@ def check_migration_rule(rule: Callable) -> None:
     finish(trial, "the five runs")
     print("✓ all five in one database: refused as a whole for INC-1002, nothing changed; once the previous release "
           "finished it, migrated in one step and completed by this release")
+
+
+# ---- 09: the reconciliation decision
+
+#: The incident every case of Exercise 9.1 opens a ticket for.
+RECONCILED_INCIDENT = "INC-1003"
+
+#: The cases of :func:`reconciliation_trials`, in the order the check reads them: (name, the
+#: ticket service's fault, --fault-times, where the run is killed). Between them, every fault
+#: mode of the service and both crash points around the send.
+RECONCILIATION_CASES: tuple[tuple[str, str | None, int | None, str | None], ...] = (
+    ("killed after_send", None, None, "after_send"),
+    ("no-idempotency, killed after_send", "no-idempotency", None, "after_send"),
+    ("fail-before-commit x1, killed after_send", "fail-before-commit", 1, "after_send"),
+    ("slow-after-commit x1", "slow-after-commit", 1, None),
+    ("drop-after-commit", "drop-after-commit", None, None),
+    ("no-idempotency, killed before_send", "no-idempotency", None, "before_send"),
+)
+
+
+@dataclass(frozen=True)
+class ReconciliationTrial:
+    """One case of :func:`reconciliation_trials`: what the run left, what recovery was told and decided, what it left."""
+
+    case: str
+    run: str  # how the run's process ended: exit 1, killed by SIGKILL
+    tickets_after_run: int
+    asked: tuple[str, ...]  # what each look-up by key said during the first recovery ("found T-0001", "absent", ...)
+    decided: tuple[str, ...]  # what decide answered to each
+    error: str | None  # the first recovery's failure for the run, one line, folders cut
+    state: str  # the effect after one recovery
+    ticket: str | None
+    tickets: int  # tickets at the destination after one recovery
+    held: bool  # a done effect's ticket is one the destination holds, under the effect's key (or none)
+    again_unchanged: bool  # a second recovery changed no row and no ticket
+    broken: tuple[int, ...]  # the invariants (labkit.check_invariants, 1-9) that failed afterwards
+
+    def row(self) -> dict[str, object]:
+        return {
+            "case": self.case, "the run": self.run, "tickets": self.tickets_after_run,
+            "look-up by key": "; ".join(self.asked) or "(not asked)", "effect": self.state, "ticket": self.ticket or "",
+            "tickets after": self.tickets, "2nd recovery": "no change" if self.again_unchanged else "CHANGED",
+            "broken invariants": ", ".join(map(str, self.broken)) or "none",
+        }
+
+
+def _clock_after(db: Path) -> Any:
+    """A ticking clock one second past the latest time stored in ``db``, as a recovering process's pinned clock."""
+    from datetime import timedelta
+
+    from .clock import TickingClock, parse_instant
+    from .database import read_transaction
+    from .store import connect_readonly, latest_time_txn
+
+    with closing(connect_readonly(db)) as conn, read_transaction(conn):
+        latest = latest_time_txn(conn)
+    if latest is None:
+        return TickingClock()
+    return TickingClock((parse_instant(latest) + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def reconciliation_trials(decide: Callable | None = None) -> list[ReconciliationTrial]:
+    """Every case of :data:`RECONCILIATION_CASES`, recovered with ``decide`` (labkit's own by default).
+
+    Each case has a workspace and a ticket service of its own (a real HTTP server in a child
+    process, its own SQLite store). ``python -m labkit run --tickets URL`` runs in a child,
+    killed by SIGKILL at the case's crash point or meeting the service's fault; all the runs
+    start together, so the cases take about as long as the slowest (a 1 s client timeout).
+    Then, in this process, ``labkit.recover(..., tickets=URL, decide=decide)`` twice, and
+    ``labkit.check_invariants`` with the service. Every service is stopped before returning.
+    """
+    from .database import read_transaction
+    from .effects import DECISIONS, find_effect_txn, reconciliation_decision
+    from .processes import _FOLDERS, race
+    from .recovery import recover
+    from .store import connect_readonly, snapshot
+    from .tickets import TicketService
+
+    chosen = decide or reconciliation_decision
+    asked: list[str] = []
+    decided: list[str] = []
+
+    def asking(lookup: Any) -> str:
+        try:
+            said = chosen(lookup)
+        except Exception as error:  # the learner's error, as one line of feedback
+            raise AssertionError(f"your decide raised {type(error).__name__}: {error} when the look-up said {lookup.outcome!r}"
+                                 .splitlines()[0]) from None
+        if said not in DECISIONS:
+            raise AssertionError(f"your decide returned {said!r} when the look-up said {lookup.outcome!r}: "
+                                 "return 'record', 'send_again' or 'leave_uncertain'")
+        asked.append(f"{lookup.outcome} {lookup.ticket}" if lookup.ticket else lookup.outcome)
+        decided.append(said)
+        return said
+
+    incident = RECONCILED_INCIDENT
+    services: list[TicketService] = []
+    trials: list[ReconciliationTrial] = []
+    try:
+        spaces = []
+        for _, fault, times, _ in RECONCILIATION_CASES:
+            space = _trial("09-exercise")
+            spaces.append(space)
+            services.append(TicketService(space.folder / "tickets.db", fault=fault, fault_times=times).start())
+        runs = race(*[
+            ("run", "--db", space.db, "--incident", incident, "--tickets", service.url, *(("--crash-at", point) if point else ()))
+            for space, service, (_, _, _, point) in zip(spaces, services, RECONCILIATION_CASES, strict=True)
+        ])
+        for (case, _, _, _), space, service, ran in zip(RECONCILIATION_CASES, spaces, services, runs, strict=True):
+            after_run = len(service.tickets())
+            asked.clear()
+            decided.clear()
+            recovered = recover(space.db, space.provider(), clock=_clock_after(space.db), tickets=service.url, decide=asking)
+            failure = next((r.error for r in recovered if r.error is not None), None)
+            first_asked, first_decided = tuple(asked), tuple(decided)
+            with closing(connect_readonly(space.db)) as conn:
+                before = snapshot(conn)
+                with read_transaction(conn):
+                    effect = find_effect_txn(conn, incident)
+            assert effect is not None, f"{case}: the run recorded no effect"  # the run committed its intent before any send
+            held_tickets = service.tickets()
+            held = effect.state != "done" or any(
+                t["ticket"] == effect.ticket and t["key"] in (effect.operation_key, None) for t in held_tickets
+            )
+            recover(space.db, space.provider(), clock=_clock_after(space.db), tickets=service.url, decide=asking)
+            with closing(connect_readonly(space.db)) as conn:
+                unchanged = snapshot(conn) == before and service.tickets() == held_tickets
+            results = check_invariants(space.db, space.call_log, {incident: 1}, space.provider(), tickets=service.url)
+            trials.append(ReconciliationTrial(
+                case, ran.status, after_run, first_asked, first_decided,
+                _FOLDERS.sub("", f"{type(failure).__name__}: {failure}".splitlines()[0]) if failure else None,
+                effect.state, effect.ticket, len(held_tickets), held, unchanged, tuple(r.number for r in results if not r.held),
+            ))
+    finally:
+        for service in services:
+            service.stop()
+    return trials
+
+
+def _what_it_was_told(trial: ReconciliationTrial) -> str:
+    pairs = [f"the look-up said {said} and your decide answered {answer!r}"
+             for said, answer in zip(trial.asked, trial.decided, strict=True)]
+    return "; then ".join(pairs) or "nothing was asked"
+
+
+@_one_line
+def check_reconciliation(decide: Callable) -> None:
+    """``decide(lookup) -> "record" | "send_again" | "leave_uncertain"``: what recovery does with the destination's answer.
+
+    ``lookup`` is a :class:`labkit.tickets.KeyLookup`: ``lookup.outcome`` is ``"found"``
+    (``lookup.ticket`` names the ticket), ``"absent"``, or something that settles nothing
+    (``"cannot_query"``: the service keeps no keys; ``"unknown"``, ``"refused"``). Every case
+    of :func:`reconciliation_trials` runs with it (every fault mode, both crash points around
+    the send, a real HTTP service in a child process). In each: at most one ticket for the
+    incident at the destination; never done without the destination's ticket; a knowable
+    outcome ends done, an unknowable one uncertain; a second recovery changes nothing; and
+    ``labkit.check_invariants`` holds all nine.
+    """
+    _clear_trials()
+    if not callable(decide):
+        raise AssertionError(f"the answer should be a function (def my_decide(lookup): ...), not {type(decide).__name__}")
+    _own_work(decide, "reconciliation_decision", "_reconcile", "open_ticket", "recover")
+    trials = reconciliation_trials(decide)
+    for trial in trials:
+        told = _what_it_was_told(trial)
+        if trial.tickets > 1:
+            raise AssertionError(
+                f"{trial.case}: {trial.tickets} tickets for {RECONCILED_INCIDENT} at the destination after recovery ({told}). "
+                "This service keeps no keys: a second POST is a second ticket. When nobody can know, leave it uncertain for a person"
+            )
+        if trial.error is not None and ("CHECK constraint" in trial.error or "RuleViolation" in trial.error):
+            raise AssertionError(
+                f"{trial.case}: {told}. That look-up names no ticket, so recording would mark the effect done without the "
+                "destination's ticket (the effects table's CHECK refused it). Record only a ticket the destination names"
+            )
+        if trial.state == "done" and not trial.held:
+            raise AssertionError(f"{trial.case}: the effect is done as {trial.ticket}, which the destination does not hold under its key")
+        unknowable = any(said.startswith("cannot_query") for said in trial.asked)
+        if unknowable and trial.state != "uncertain":
+            raise AssertionError(f"{trial.case}: {told}, and the effect ended {trial.state}. Nobody can know whether the ticket exists: "
+                                 "leave it uncertain, listed for a person")
+        if not unknowable and trial.state != "done":
+            hint = {"found": "the destination holds the ticket and named it: record it",
+                    "absent": "nothing is stored under this key, and a resend under the same key cannot duplicate (the service "
+                              "would replay it): send it again"}
+            last = trial.asked[-1].split()[0] if trial.asked else ""
+            raise AssertionError(f"{trial.case}: {told}, and the effect ended {trial.state}"
+                                 + (f" ({trial.error})" if trial.error else "") + f". {hint.get(last, 'It could be known')}")
+        if not trial.again_unchanged:
+            raise AssertionError(f"{trial.case}: a second recovery changed rows or tickets ({told}): recovering again must change nothing")
+        if trial.broken:
+            raise AssertionError(f"{trial.case}: invariants {', '.join(map(str, trial.broken))} broke afterwards ({told})")
+    by_case = {trial.case: trial for trial in trials}
+    found = [t.case for t in trials if t.asked and t.asked[0].startswith("found")]
+    absent = [t.case for t in trials if t.asked and t.asked[0].startswith("absent")]
+    cannot = [t.case for t in trials if t.asked and t.asked[0].startswith("cannot_query")]
+    never = [t.case for t in trials if not t.asked]
+    print(f"✓ found by key → recorded, done with the destination's one ticket: {'; '.join(found)}")
+    print(f"✓ absent → sent again under the same key, done, one ticket: {'; '.join(absent)}")
+    print(f"✓ cannot be asked → left uncertain for a person, still one ticket, nothing sent blindly: {'; '.join(cannot)}")
+    print(f"✓ never sent, so sent without asking: {'; '.join(never)}; in all {len(by_case)} cases a second recovery changed "
+          "nothing and invariants 1-9 held")
+
+
+# --------------------------------------------------------------------------- 10: the fenced commit
+
+
+@_one_line
+def check_fenced_commit(condition: str) -> None:
+    """``condition``: the WHERE clause of the fenced commit, as SQL over the ``runs`` row.
+
+    It may use the run's columns (``version``, ``lease_token``, ``step``, ...) and the
+    parameters ``:expected_version`` (the state version the worker read) and ``:token`` (its
+    lease's). The leased flow runs with it in place of :data:`labkit.leases.FENCE`:
+    ``UPDATE runs SET step = ..., version = version + 1 WHERE incident = :incident AND (condition)``.
+
+    Replayed in real SQLite files, with two workers (two connections) sharing a clock that
+    the check moves, and the real provider:
+
+    1. a worker whose lease is live, on a run nobody moved, commits: accepted, and completes;
+    2. worker A stalls past its lease, B takes the run over and finishes it; A's late commit: refused;
+    3. A stalls, B takes over but has not committed yet; A's commit: refused; B's: accepted;
+    4. while A holds its lease and reads, the reference flow (a real ``python -m labkit run``,
+       which takes no lease) runs the incident; A's commit: refused;
+    5. a worker commits to one run with the token of its lease on another: refused.
+
+    The database's trigger (a step moves one forward) stands behind the condition, so a
+    stale commit it lets through may still be stopped there: that counts as let through.
+    """
+    _clear_trials()
+    from dataclasses import replace
+
+    from .clock import ManualClock
+    from .database import transaction
+    from .leases import Lease, StaleLease, stale_commits_txn
+    from .store import create_run_txn
+    from .worker import CheckedReading, LeasedWorker
+
+    if not isinstance(condition, str) or not condition.strip():
+        raise AssertionError(f"the answer should be the condition as a string of SQL, e.g. \"version = ...\", not {condition!r}")
+    ttl = 30.0
+
+    def setting(*incidents: str) -> tuple[Workspace, ManualClock, LeasedWorker, LeasedWorker]:
+        trial, clock = _trial("10-exercise"), ManualClock()
+        with closing(trial.connect()) as conn, transaction(conn):
+            for incident in incidents:
+                create_run_txn(conn, incident, WORKFLOW_VERSION, clock)
+        provider = trial.provider()
+        a = LeasedWorker(trial.connect(), provider, name="worker-A", lease_seconds=ttl, clock=clock, condition=condition)
+        b = LeasedWorker(trial.connect(), provider, name="worker-B", lease_seconds=ttl, clock=clock, condition=condition)
+        return trial, clock, a, b
+
+    def commit(worker: LeasedWorker, lease: Lease, reading: CheckedReading) -> str:
+        try:
+            worker.commit_evidence(lease, reading)
+        except StaleLease:
+            return "refused"
+        except sqlite3.IntegrityError:
+            return "stopped by the trigger"
+        except sqlite3.Error as error:
+            raise AssertionError(f"SQLite cannot run your condition: {error}") from None
+        return "accepted"
+
+    def no_stale_commit(trial: Workspace) -> None:
+        with closing(trial.connect()) as conn:
+            stale = stale_commits_txn(conn)
+        assert not stale, f"the rows show a commit under a stale token: {stale[0]}"
+
+    def done(*workers: LeasedWorker) -> None:
+        for worker in workers:
+            worker.conn.close()
+
+    trial, clock, a, b = setting("INC-1001")
+    try:
+        a.drive("INC-1001")
+        outcome = "accepted"
+    except StaleLease:
+        outcome = "refused"
+    except sqlite3.Error as error:
+        raise AssertionError(f"SQLite cannot run your condition: {error}") from None
+    finally:
+        done(a, b)
+    assert outcome == "accepted", (
+        "worker A holds a live lease and nobody has touched the run, yet its commit was refused: the condition must hold "
+        "when the run is still at the version A read and A's token is still the run's lease"
+    )
+    print("✓ a live lease on an untouched run commits its evidence, then completes")
+
+    trial, clock, a, b = setting("INC-1002")
+    lease_a = a.claim("INC-1002")
+    reading_a = a.read(lease_a)
+    clock.advance(ttl + 1)
+    b.drive("INC-1002")
+    outcome = commit(a, lease_a, reading_a)
+    reads = trial.provider_log.reads_of("INC-1002")
+    done(a, b)
+    assert outcome == "refused", (
+        f"A stalled past its lease; B took the run over (token {lease_a.token + 1}) and finished it. A's late commit, under "
+        f"token {lease_a.token}, was {outcome}: " + ("your condition let it through. " if outcome != "refused" else "")
+        + "A commit is fenced by the lease that is the run's now: compare the token"
+    )
+    assert reads == 2, f"the provider should show both reads, A's and B's; it shows {reads}"
+    no_stale_commit(trial)
+    print("✓ A stalled past its lease, B took over and finished: A's late commit is refused (the provider's log shows both reads)")
+
+    trial, clock, a, b = setting("INC-1003")
+    lease_a = a.claim("INC-1003")
+    reading_a = a.read(lease_a)
+    clock.advance(ttl + 1)
+    lease_b = b.claim("INC-1003")
+    reading_b = b.read(lease_b)
+    outcome = commit(a, lease_a, reading_a)
+    outcome_b = commit(b, lease_b, reading_b) if outcome == "refused" else "not tried"
+    done(a, b)
+    assert outcome == "refused", (
+        f"B took the run over but has not committed yet, so the run is still at the state version A read. A's commit was "
+        f"{outcome}, while B holds the lease: the version alone cannot tell that A is stale; the token can, if it must "
+        "equal the run's lease_token (B's is larger than A's)"
+    )
+    assert outcome_b == "accepted", f"then B, the lease holder, committed from the state it read, and that was {outcome_b}"
+    no_stale_commit(trial)
+    print("✓ B took over but had not committed yet: A's commit is refused all the same, and B's is accepted")
+
+    trial, clock, a, b = setting("INC-1004")
+    lease_a = a.claim("INC-1004")
+    reading_a = a.read(lease_a)
+    # No connection of this process stays open while another process uses the file: a second
+    # one here would have dropped the first one's locks (see LeasedWorker._call_renewing).
+    done(a, b)
+    other = labkit_cli("run", "--db", trial.db, "--incident", "INC-1004")
+    assert other.returncode == 0, f"could not run the reference flow: {other.stderr.strip()}"
+    a = LeasedWorker(trial.connect(), trial.provider(), name="worker-A", lease_seconds=ttl, clock=clock, condition=condition)
+    outcome = commit(a, lease_a, reading_a)
+    done(a)
+    assert outcome == "refused", (
+        "while A held its lease and read, the reference flow (which takes no lease) ran the incident to report_completed. "
+        f"A's token is still the run's latest, and A's commit was {outcome}: the token alone cannot tell that the run moved "
+        "on; compare the state version too"
+    )
+    print("✓ the run moved on without a lease while A read: A's commit is refused (its token alone looked current)")
+
+    trial, clock, a, b = setting("INC-1005", "INC-1006")
+    lease_x = a.claim("INC-1005")
+    reading_x = a.read(lease_x)
+    lease_y = b.claim("INC-1006")
+    mixed_up = replace(lease_x, token=lease_y.token, worker=lease_y.worker)
+    outcome = commit(b, mixed_up, reading_x)
+    done(a, b)
+    assert outcome == "refused", (
+        f"worker B committed to run INC-1005 with token {lease_y.token}, its lease on INC-1006, larger than INC-1005's token "
+        f"{lease_x.token}; that was {outcome}. A token is this run's lease or it is not: compare it for equality, never by size"
+    )
+    no_stale_commit(trial)
+    print("✓ a token from another run's lease, though larger, is refused")
+
+
+# --------------------------------------------------------------------------- 11: the retention selection
+
+#: When Exercise 11.1's retention runs (a pinned clock), and how many days a raw diagnostic is kept.
+RETENTION_AT = "2026-04-15T00:00:00Z"
+RETENTION_DAYS = 30
+#: When the "recent" runs of :data:`RETENTION_CASES` ran: five days before RETENTION_AT, inside the 30.
+RECENT_AT = "2026-04-10T09:00:00Z"
+
+#: The two databases of Exercise 11.1, incident -> what its run is. The old runs ran at the lessons'
+#: pinned instant (2026-03-02), six weeks before the retention. The roles are dealt differently in
+#: each database, so no fixed list of incidents passes both.
+RETENTION_CASES: tuple[dict[str, str], ...] = (
+    {"INC-1003": "finished", "INC-1015": "finished", "INC-1001": "unfinished", "INC-1004": "uncertain", "INC-1006": "recent"},
+    {"INC-1001": "finished", "INC-1016": "finished", "INC-1006": "unfinished", "INC-1003": "uncertain", "INC-1004": "recent"},
+)
+_WHAT_IT_IS = {
+    "finished": "report_completed six weeks ago, nothing owed",
+    "unfinished": "at evidence_recorded: a crash stopped it, recovery will finish it",
+    "uncertain": "report_completed, but its ticket effect is uncertain: a person or recovery still has to settle it",
+    "recent": "report_completed five days ago, inside the 30-day retention",
+}
+
+
+def retention_case(space: Workspace, roles: dict[str, str]) -> None:
+    """Leave one run per incident in ``space``'s database as ``roles`` says (see :data:`RETENTION_CASES`).
+
+    Each is made by labkit's own coordinator: a run driven to the end (at the lessons' pinned
+    instant, or at :data:`RECENT_AT`), one left at ``evidence_recorded`` as a crash after its
+    evidence commit leaves it, and one whose ticket went to a service that drops its answer
+    after committing (a real ticket service in a child process), which leaves its effect
+    ``uncertain``.
+    """
+    from .clock import TickingClock
+    from .errors import RunFailure
+    from .tickets import TicketService
+
+    with closing(space.connect()) as conn:
+        for incident, role in roles.items():
+            if role == "finished":
+                space.coordinator(conn).drive(incident)
+            elif role == "recent":
+                space.coordinator(conn, clock=TickingClock(RECENT_AT)).drive(incident)
+            elif role == "unfinished":
+                space.coordinator(conn).start(incident)
+                space.coordinator(conn).inspect(incident)
+            elif role != "uncertain":
+                raise ValueError(f"no such role {role!r} for {incident}: {', '.join(_WHAT_IT_IS)}")
+        uncertain = [incident for incident, role in roles.items() if role == "uncertain"]
+        if uncertain:
+            with TicketService(space.folder / "tickets.db", fault="drop-after-commit") as service:
+                for incident in uncertain:
+                    try:
+                        space.coordinator(conn, tickets=service.url).drive(incident)
+                    except RunFailure:
+                        pass  # the answer was dropped: the effect is left uncertain, as intended here
+
+
+@dataclass(frozen=True)
+class RetentionTrial:
+    """One database of Exercise 11.1 after a retention run: what it kept, and what else changed."""
+
+    roles: dict[str, str]
+    kept: tuple[str, ...]  # incidents whose raw diagnostic is still stored
+    changed: tuple[str, ...]  # tables, other than diagnostics and retentions, whose rows changed
+    answers_before: dict[str, dict]
+    answers_after: dict[str, dict]
+
+
+def retention_trial(roles: dict[str, str], due: Callable | None = None) -> RetentionTrial:
+    """A fresh database left as ``roles`` says, then ``labkit.retention.retain(..., due=due)`` at :data:`RETENTION_AT`.
+
+    ``due`` None is labkit's own selection. Every other table and the three restart answers
+    of every run are read before and after.
+    """
+    from .clock import TickingClock
+    from .retention import retain
+    from .store import snapshot
+
+    def asked(conn: sqlite3.Connection, cutoff: str) -> list[str]:
+        assert due is not None
+        try:
+            said = due(conn, cutoff)
+        except Exception as error:  # the learner's error, as one line of feedback
+            raise AssertionError(f"your selection raised {type(error).__name__}: {error}".splitlines()[0]) from None
+        try:
+            chosen: list[object] = list(said) if not isinstance(said, (str, bytes)) else [said]
+        except TypeError:
+            chosen = [said]
+        if said is None or not all(isinstance(item, str) for item in chosen):
+            raise AssertionError(f"the selection should return a list of incident ids (an empty list if none is due), not {said!r}"[:300])
+        return [str(item) for item in chosen]
+
+    trial = _trial("11-exercise")
+    retention_case(trial, roles)
+    with closing(trial.connect()) as conn:
+        before = snapshot(conn)
+    answers_before = {incident: restart_answers(trial.db, incident).as_row() for incident in sorted(roles)}
+    retain(trial.db, RETENTION_DAYS, TickingClock(RETENTION_AT), due=asked if due is not None else None)
+    with closing(trial.connect()) as conn:
+        after = snapshot(conn)
+    kept = tuple(row[0] for row in after["diagnostics"])
+    changed = tuple(table for table in before if table not in ("diagnostics", "retentions") and before[table] != after[table])
+    answers_after = {incident: restart_answers(trial.db, incident).as_row() for incident in sorted(roles)}
+    return RetentionTrial(roles, kept, changed, answers_before, answers_after)
+
+
+@_one_line
+def check_retention_selection(due: Callable) -> None:
+    """``due(conn, cutoff) -> list of incident ids``: which raw diagnostics a retention run may remove now.
+
+    ``cutoff`` is an instant (``2026-03-16T00:00:00Z``): raw diagnostics kept before it are old
+    enough. The check runs ``labkit.retention.retain(db, 30, clock, due=due)`` on two real
+    databases, each holding runs labkit's coordinator left finished six weeks ago, finished
+    five days ago, stopped after the evidence commit, and completed with a ticket effect left
+    uncertain by a ticket service that dropped its answer (the roles dealt differently in
+    each: :data:`RETENTION_CASES`). Correct: exactly the raw diagnostics of the old finished
+    runs are removed; every other table is unchanged; every run answers the three restart
+    questions as before.
+    """
+    _clear_trials()
+    if not callable(due):
+        raise AssertionError(f"the answer should be a function (def my_due(conn, cutoff): ...), not {type(due).__name__}")
+    source_of(due)
+    _own_work(due, "retain", "retain_txn", "_UNFINISHED_SQL")
+    removed_in_all: list[str] = []
+    for number, roles in enumerate(RETENTION_CASES, start=1):
+        trial = retention_trial(roles, due)
+        removed = sorted(set(roles) - set(trial.kept))
+        for incident in removed:
+            role = roles[incident]
+            if role != "finished":
+                hint = {
+                    "unfinished": "An unfinished run keeps what it read: select only runs at report_completed",
+                    "uncertain": "Finished means nothing owed: a run whose effect is intended or uncertain still owes its ticket "
+                                 "(look in the effects table)",
+                    "recent": "Compare the raw diagnostic's kept_at with the cutoff: only those kept before it are due",
+                }[role]
+                raise AssertionError(f"database {number}: your selection removed the raw diagnostic of {incident}, "
+                                     f"{_WHAT_IT_IS[role]}. {hint}")
+        stayed = [incident for incident, role in roles.items() if role == "finished" and incident in trial.kept]
+        if stayed:
+            runs = f"{' and '.join(stayed)} {'were' if len(stayed) > 1 else 'was'}"
+            raise AssertionError(f"database {number}: {runs} finished six weeks ago and nothing is owed, yet your selection kept "
+                                 "the raw diagnostic: a retention that removes nothing keeps every raw payload (and secret) for ever")
+        assert not trial.changed, (
+            f"database {number}: your selection wrote to {', '.join(trial.changed)}: a selection only reads; retain removes what it names"
+        )
+        assert trial.answers_after == trial.answers_before, f"database {number}: the restart answers changed"
+        removed_in_all.append(f"{' and '.join(removed)} in database {number}")
+    print(f"✓ removed only the raw diagnostics of the finished runs older than the cutoff: {', '.join(removed_in_all)}")
+    print("✓ kept the unfinished run's, the run with an uncertain ticket effect, and the run inside the 30 days")
+    print(f"✓ runs, transitions, evidence (summary, digest, reference), assessments, receipts, effects, redactions unchanged; "
+          f"all {sum(len(roles) for roles in RETENTION_CASES)} runs answer the three restart questions as before")

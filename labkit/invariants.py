@@ -14,7 +14,16 @@ and, for runs that open a ticket (09_external_effects), checked at the ticket se
 8. at most one ticket per operation at the destination: per operation key, and per incident
    (a retry under a new key is the same operation, and duplicates the ticket just as well);
 9. every effect ends done (with a ticket the destination holds under its key), resolved by a
-   person, or listed as uncertain: never still intended, never done without the ticket.
+   person, or listed as uncertain: never still intended, never done without the ticket;
+
+and, for runs driven by the leased flow (``python -m labkit work``, 10_leases_and_fencing),
+checked from the lease rows alone:
+
+10. no commit under a stale lease token was accepted: every committed lease event carries the
+    token of the latest lease claimed on its run before it, and each run points at its latest;
+11. every provider read was made under a lease: a run was read at least once, and at most once
+    per lease claimed while it was at ``not_inspected`` (a stale or killed worker's read is one
+    of those; a read outside the fence, or twice under one lease, is not).
 
 The crash suite in ``tests/`` and 12_crash_explorer run every crash point through
 :func:`check_invariants`; one table of results per database.
@@ -28,6 +37,7 @@ from pathlib import Path
 
 from .database import read_transaction
 from .effects import list_effects_txn
+from .leases import leases_before_evidence_txn, stale_commits_txn
 from .provider import CallLog, ReadAdapter
 from .recovery import recover
 from .steps import Step
@@ -53,11 +63,14 @@ STATEMENTS = {
     7: "recovering again changes nothing",
     8: "at most one ticket per operation",
     9: "every effect done, resolved or listed uncertain",
+    10: "no commit under a stale lease token accepted",
+    11: "every provider read made under a lease",
 }
 
 
 def check_invariants(
-    db_path: str | Path, call_log: str | Path, expected_reads: dict[str, int], provider: ReadAdapter, tickets: str | None = None
+    db_path: str | Path, call_log: str | Path, expected_reads: dict[str, int], provider: ReadAdapter, tickets: str | None = None,
+    *, leases: bool = False,
 ) -> list[InvariantResult]:
     """Check all seven; ``expected_reads`` maps each incident to 1 + its reads that never committed.
 
@@ -66,7 +79,9 @@ def check_invariants(
     provider fail counts those reads too.
 
     Invariant 7 runs :func:`~labkit.recovery.recover` once more with ``provider``, so call
-    this only after the recovery under test has finished.
+    this only after the recovery under test has finished. ``leases=True`` adds 10 and 11, for
+    runs driven by the leased flow; there, which killed worker had read before it died is
+    not in the rows, so 11 bounds the reads that 5 would need predicted.
     """
     log = CallLog(call_log)
     with closing(connect_readonly(db_path)) as conn, read_transaction(conn):
@@ -80,6 +95,8 @@ def check_invariants(
             history.setdefault(incident, []).append((from_step, to_step, state_version))
         integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
         effects = list_effects_txn(conn)
+        stale = stale_commits_txn(conn) if leases else []
+        leased_before_evidence = leases_before_evidence_txn(conn) if leases else {}
         before = snapshot(conn)
     calls_before = len(log.calls())
 
@@ -128,7 +145,20 @@ def check_invariants(
                 wrong.append(f"{effect.incident} done as {effect.ticket}, which the destination does not hold under its key")
         record(9, wrong, ", ".join(f"{e.incident}: {e.state}" for e in effects) or "no effects")
 
+    if leases:
+        record(10, stale, "every commit under its run's latest lease")
+        wrong_reads = []
+        for incident in sorted(expected_reads):
+            read, allowed = log.reads_of(incident), leased_before_evidence.get(incident, 0)
+            if not 1 <= read <= allowed:
+                wrong_reads.append(f"{incident} read {read} times under {allowed} leases taken before its evidence")
+        record(11, wrong_reads, "within the leases taken")
+
     again = recover(db_path, provider, tickets=tickets)
+    # An effect left uncertain for a person is asked about by every recovery (a look-up that
+    # changes nothing): that is not work left undone, provided no row changed (checked below).
+    again = [r for r in again if not (r.error is None and r.effect is not None and r.effect.state == "uncertain"
+                                      and not r.read_provider and not r.completed)]
     with closing(connect_readonly(db_path)) as conn:
         after = snapshot(conn)
     changed = [table for table in before if before[table] != after[table]]

@@ -60,6 +60,10 @@ class ReadAdapter(Protocol):
     or a model version) and ``prompt_revision`` (a prompt id, or None). The coordinator stores
     them with the evidence, apart from the workflow version; they come from the adapter, never
     from its answer. An adapter without it is recorded under its class name.
+
+    An adapter may also offer ``read_with_diagnostic(incident)``, returning a :class:`Reading`:
+    the response and the raw diagnostic it was made from, which labkit keeps apart from the
+    evidence (:func:`read_with_diagnostic`).
     """
 
     def incidents(self) -> list[str]: ...
@@ -67,6 +71,36 @@ class ReadAdapter(Protocol):
     def read(self, incident: str) -> bytes:
         """The raw response for ``incident``. May raise ProviderUnavailable."""
         ...
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One read: the response the evidence contract checks, and the raw diagnostic it was made from.
+
+    The diagnostic is the whole snapshot the adapter looked at, most of which the response
+    leaves out; the coordinator keeps it apart from the evidence, redacted, under a retention
+    policy (:mod:`labkit.retention`, 11_capacity_and_retention).
+    """
+
+    response: bytes
+    diagnostic: bytes
+
+
+def read_with_diagnostic(provider: ReadAdapter, incident: str) -> Reading:
+    """Read ``incident`` once, with the raw diagnostic if the adapter can hand it over.
+
+    An adapter may offer ``read_with_diagnostic(incident) -> Reading`` beside ``read``; one
+    that does not has only its response to show, and that is its raw diagnostic. Either way
+    the provider is called once: the call log counts reads, and a second call would be one.
+    """
+    reader = getattr(provider, "read_with_diagnostic", None)
+    if callable(reader):
+        reading = reader(incident)
+        if isinstance(reading, Reading):
+            return reading
+        raise TypeError(f"{type(provider).__name__}.read_with_diagnostic must return a Reading, not {type(reading).__name__}")
+    response = provider.read(incident)
+    return Reading(response, response)
 
 
 def provider_delay() -> float:
@@ -260,6 +294,10 @@ class ReferenceProvider:
         return list_incidents(self.data)
 
     def read(self, incident: str) -> bytes:
+        return self.read_with_diagnostic(incident).response
+
+    def read_with_diagnostic(self, incident: str) -> Reading:
+        """One read, logged once: the contract response, and the snapshot file it came from."""
         known = self.incidents()
         if incident not in known:
             raise UnknownIncident(incident, len(known))
@@ -274,7 +312,7 @@ class ReferenceProvider:
         response = _answer(raw, self.rules_revision)
         time.sleep(self.delay)  # a slow service: the answer is on its way, not yet returned
         self.log.append(incident, "ok", len(response))
-        return response
+        return Reading(response, raw)
 
 
 def _read_regular(path: Path) -> bytes:

@@ -14,17 +14,21 @@ from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .clock import Clock
 from .coordinator import WORKFLOW_VERSION, Coordinator
 from .crashpoints import NO_CRASH, CrashPlan
 from .database import read_transaction, translate
-from .effects import Effect, list_effects_txn
+from .effects import Effect, list_effects_txn, reconciliation_decision
 from .errors import LabError
 from .provider import ReadAdapter
 from .receipts import Receipt
 from .steps import Step
 from .store import connect, list_runs_txn
+
+if TYPE_CHECKING:
+    from .tickets import KeyLookup
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,9 @@ class Resumed:
         if self.effect is not None:
             ticket = f"; ticket {self.effect.ticket}" if self.effect.state == "done" else f"; ticket {self.effect.state}"
         if self.from_step is Step.REPORT_COMPLETED:
-            return f"completed earlier, receipt {self.receipt.receipt_id}{ticket} (its effect reconciled)"
+            # An effect still uncertain was asked about, and nobody can know: it is not reconciled.
+            settled = "left for a person" if self.effect is not None and self.effect.state == "uncertain" else "reconciled"
+            return f"completed earlier, receipt {self.receipt.receipt_id}{ticket} (its effect {settled})"
         if not self.completed:
             return f"{read}; already completed by another worker, receipt {self.receipt.receipt_id}{ticket}"
         if self.read_provider:
@@ -67,6 +73,7 @@ def recover(
     progress: Callable[[Resumed], None] | None = None,
     coordinator_class: type[Coordinator] = Coordinator,
     tickets: str | None = None,
+    decide: Callable[[KeyLookup], str] = reconciliation_decision,
 ) -> list[Resumed]:
     """Resume every unfinished run from its recorded step; return one :class:`Resumed` per run.
 
@@ -78,11 +85,13 @@ def recover(
     exist: recovery of a mistyped path must not create an empty one.
     ``coordinator_class`` lets a lesson recover with a deliberately broken variant
     (:mod:`labkit.naive`). With ``tickets``, completed runs whose ticket is still owed
-    (intended) or whose outcome is unknown (uncertain) are reconciled too; without it,
-    effects are left alone.
+    (intended) or whose outcome is unknown (uncertain) are reconciled too, ``decide`` saying
+    what the destination's answer to a look-up by key means
+    (:func:`labkit.effects.reconciliation_decision`); without it, effects are left alone.
     """
     with closing(connect(db_path, create=False)) as conn:
-        coordinator = coordinator_class(conn, provider, clock=clock, crash=crash, workflow_version=workflow_version, tickets=tickets)
+        coordinator = coordinator_class(conn, provider, clock=clock, crash=crash, workflow_version=workflow_version, tickets=tickets,
+                                        decide=decide)
         with read_transaction(conn):
             owed = {effect.incident for effect in list_effects_txn(conn, ("intended", "uncertain"))} if tickets else set()
             unfinished = [run for run in list_runs_txn(conn) if run.step is not Step.REPORT_COMPLETED or run.incident in owed]

@@ -26,7 +26,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from . import assessments, effects, receipts, versioning
+from . import assessments, effects, leases, receipts, retention, versioning
 from .clock import Clock
 from .database import (
     check_path,
@@ -106,6 +106,25 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # The effect ledger: an action outside the database, under a stable operation key
         # (09_external_effects). Its DDL lives with the code that owns its rules.
         effects.EFFECTS_TABLE_V4,
+    ),
+    (
+        # Leases with fencing tokens (10_leases_and_fencing): each run keeps the token of its
+        # latest lease, beside the state version the fenced commit compares with it; the leases
+        # and their events are tables of their own. The DDL lives with the code that owns the rules.
+        leases.LEASES_TABLE_V5,
+        leases.LEASE_EVENTS_TABLE_V5,
+        leases.RUNS_LEASE_TOKEN_V5,
+    ),
+    (
+        # Bounded evidence (11_capacity_and_retention): the evidence row names its raw
+        # diagnostic by digest and location; the raw diagnostics, what redaction replaced in
+        # each read, and the log of retention runs are tables of their own. The DDL lives
+        # with the code that owns the rules (labkit.retention).
+        retention.EVIDENCE_DIAGNOSTIC_DIGEST_V6,
+        retention.EVIDENCE_DIAGNOSTIC_LOCATION_V6,
+        retention.DIAGNOSTICS_TABLE_V6,
+        retention.REDACTIONS_TABLE_V6,
+        retention.RETENTIONS_TABLE_V6,
     ),
 )
 
@@ -331,6 +350,7 @@ def store_evidence_txn(
     inputs: Mapping[str, object] | None = None,
     *,
     record_assessment: bool = True,
+    diagnostic: tuple[str, str] | None = None,
 ) -> Evidence:
     """Record contract-checked evidence and, with it, the original assessment it carries.
 
@@ -338,7 +358,9 @@ def store_evidence_txn(
     adapter's decision inputs (provider, rules_revision, prompt_revision). The assessment
     (the response's diagnosis, with those inputs and the contract revision) is what a
     workflow-version-2 completion builds its report from; the previous release
-    (workflow version 1) did not record one (``record_assessment=False``).
+    (workflow version 1) did not record one (``record_assessment=False``). ``diagnostic`` is
+    the reference to the raw diagnostic kept apart, (digest, location): written with the row,
+    not added to it later (:func:`labkit.retention.store_bounded_txn`).
     """
     require_write_transaction(conn, "store_evidence_txn")
     inputs = dict(inputs or {})
@@ -346,10 +368,11 @@ def store_evidence_txn(
     digest = _sha256(text)
     at = clock.now()
     provider, rules, prompt = inputs.get("provider"), inputs.get("rules_revision"), inputs.get("prompt_revision")
+    diagnostic_digest, diagnostic_location = diagnostic or (None, None)
     conn.execute(
-        "INSERT INTO evidence (incident, contract, body, digest, recorded_at, provider, rules_revision, prompt_revision)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (incident, contract, text, digest, at, provider, rules, prompt),
+        "INSERT INTO evidence (incident, contract, body, digest, recorded_at, provider, rules_revision, prompt_revision,"
+        " diagnostic_digest, diagnostic_location) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (incident, contract, text, digest, at, provider, rules, prompt, diagnostic_digest, diagnostic_location),
     )
     evidence = Evidence(incident, contract, body, digest, at, *(_typed(provider, str), _typed(rules, int), _typed(prompt, str)))
     if record_assessment and isinstance(body.get("diagnosis"), dict):
@@ -392,11 +415,13 @@ def latest_time_txn(conn: sqlite3.Connection) -> str | None:
     return conn.execute(
         "SELECT MAX(at) FROM (SELECT MAX(at) AS at FROM transitions UNION ALL SELECT MAX(recorded_at) FROM evidence"
         " UNION ALL SELECT MAX(issued_at) FROM receipts UNION ALL SELECT MAX(at) FROM assessments"
-        " UNION ALL SELECT MAX(at) FROM migrations UNION ALL SELECT MAX(updated_at) FROM effects)"
+        " UNION ALL SELECT MAX(at) FROM migrations UNION ALL SELECT MAX(updated_at) FROM effects"
+        " UNION ALL SELECT MAX(at) FROM retentions)"
     ).fetchone()[0]
 
 
-TABLES = ("runs", "evidence", "receipts", "transitions", "assessments", "migrations", "effects")
+TABLES = ("runs", "evidence", "receipts", "transitions", "assessments", "migrations", "effects", "leases", "lease_events",
+          "diagnostics", "redactions", "retentions")
 
 
 def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple]]:

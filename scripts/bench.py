@@ -1,9 +1,11 @@
-"""Timings of the lab's moving parts; speed is measured here, never asserted in tests.
+"""Timings of what the lessons pay for; speed is measured here, never asserted in tests.
 
     python scripts/bench.py [--repeat N]
 
-Prints medians over N repetitions (default 5) of:
-- one incident driven end to end in process (two transactions, synchronous=FULL);
+The benchmark of labkit against bare SQLite and the frameworks is ``python -m labkit bench``
+(labkit/bench.py); ``make bench`` runs both. This script times the lessons' own moves, printing
+medians over N repetitions (default 5) of:
+- every incident driven end to end in process (synchronous=FULL; `labkit bench` counts the commits);
 - one `python -m labkit run` child process (what every crash experiment costs);
 - one crash round trip per crash point: a killed child, then `recover` in another child.
 """
@@ -51,12 +53,12 @@ def main(argv: list[str]) -> int:
 
         per_batch = median_seconds(drive_all_in_process, repeat)
         print(f"in process: {len(incidents)} incidents end to end in {per_batch * 1000:.0f} ms "
-              f"({per_batch / len(incidents) * 1000:.1f} ms per incident, two durable commits each)")
+              f"({per_batch / len(incidents) * 1000:.1f} ms per incident, synchronous=FULL)")
 
         child = median_seconds(lambda: labkit.run_in_child(fresh_db(), incidents[0]), repeat)
         print(f"child process: one `python -m labkit run` in {child * 1000:.0f} ms")
 
-        for point in labkit.CRASH_POINTS:
+        for point in labkit.RUN_POINTS:  # the effect and lease points need a ticket service or `work`
             def round_trip(point: str = point) -> None:
                 db = fresh_db()
                 crashed = labkit.run_in_child(db, incidents[0], crash_at=point)

@@ -247,7 +247,7 @@ def test_checker_notices_a_run_that_vanished(lab, conn):
     must not pass as 'every run ends at report_completed'."""
     lab.coordinator(conn).drive(INC)
     with transaction(conn):
-        for table in ("receipts", "assessments", "evidence", "transitions", "runs"):
+        for table in ("receipts", "assessments", "redactions", "diagnostics", "evidence", "transitions", "runs"):
             conn.execute(f"DELETE FROM {table} WHERE incident = ?", (INC,))
     results = results_by_number(lab, {INC: 1})
     assert not all(r.held for r in results.values()), "every invariant 'held' for a run that no longer exists"

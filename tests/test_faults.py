@@ -668,7 +668,8 @@ def test_fault10_only_the_database_module_begins_transactions():
     starts = re.compile(r"""^[rRbBuUfF]*("{3}|'{3}|"|')\s*BEGIN\b""")
     found = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if path.relative_to(PACKAGE).as_posix() == "database.py":
+        # bench.py's floor is bare sqlite3 on purpose: what SQLite alone costs, without labkit.
+        if path.relative_to(PACKAGE).as_posix() in ("database.py", "bench.py"):
             continue
         previous = None
         for token in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline):
