@@ -26,7 +26,8 @@ from nbclient import NotebookClient
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9]*.ipynb"))
 #: Lessons 02 on each have at least one exercise, and one that builds (00 and 01 may too).
 MUST_BUILD = {"02_three_states", "03_durable_checkpoint", "04_rollback", "05_crash_and_reread", "06_single_receipt",
-              "07_evidence_contract", "08_versioning"}
+              "07_evidence_contract", "08_versioning", "09_external_effects",
+              "10_leases_and_fencing", "11_capacity_and_retention"}
 FOLDED = re.compile(r"<details><summary>Solution</summary>\s*```python\n(.*?)```", re.DOTALL)
 
 
