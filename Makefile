@@ -51,17 +51,22 @@ lab: $(STAMP)
 reset: $(STAMP)
 	$(BIN)/python -m labkit reset $(if $(LESSON),--lesson $(LESSON))
 
-# Two sessions, so that two cores finish together: the unit tests are independent one by one
-# (worksteal hands them out singly), while a notebook's cells must run in order in one kernel
-# (loadfile, the default in pyproject.toml, keeps each notebook whole on one worker).
+# Two sessions at once, so that the cores finish together: the unit tests are independent
+# one by one (worksteal hands them out singly, one worker more than cores: many tests wait on
+# a client's timeout or a lease running out rather than compute), while a notebook's cells
+# must run in order in one kernel (nbval, one notebook after another, beside them; its report
+# is printed when both are done).
+UNIT_WORKERS ?= $(shell echo $$(( $$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) + 1 )))
 test: $(STAMP)
-	@status=0; \
-	$(BIN)/python -m pytest tests --dist worksteal || status=1; \
-	$(BIN)/python -m pytest notebooks || status=1; \
+	@mkdir -p build; status=0; \
+	$(BIN)/python -m pytest notebooks -n 0 > build/nbval.log 2>&1 & nbval=$$!; \
+	$(BIN)/python -m pytest tests -n $(UNIT_WORKERS) --dist worksteal || status=1; \
+	wait $$nbval || status=1; \
+	echo "== strict nbval over every notebook (build/nbval.log) =="; cat build/nbval.log; \
 	exit $$status
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest tests --dist worksteal
+	$(BIN)/python -m pytest tests -n $(UNIT_WORKERS) --dist worksteal
 
 nbval: $(STAMP)
 	$(BIN)/python -m pytest notebooks

@@ -247,6 +247,34 @@ def _clear_trials() -> None:
         shutil.rmtree(_TRIALS.pop().folder, ignore_errors=True)
 
 
+#: (workspace name, incident, crash point) -> a workspace where a child was SIGKILLed there.
+_KILLED: dict[tuple[str, str, str], Workspace] = {}
+
+
+def _killed_at(name: str, incident: str, point: str) -> Workspace:
+    """A trial workspace holding what a child killed at ``point`` left behind.
+
+    The child really runs and really dies, once per crash point in this kernel; every later
+    try of the check gets a copy of the files it left (the database, its write-ahead log, the
+    provider's log), which are the same bytes it would leave again: the clock is pinned. A
+    learner re-running a check waits for their own answer, not for seven kills.
+    """
+    key = (name, incident, point)
+    original = _KILLED.get(key)
+    if original is None or not original.db.exists():
+        original = Workspace.create(name)
+        child = run_in_child(original.db, incident, crash_at=point)
+        assert child.killed_by == "SIGKILL", f"the child armed at {point} was not killed: {child.status}"
+        _KILLED[key] = original
+    trial = _trial(name)
+    # The -shm file is left out on purpose: SQLite rebuilds it from the log on the first open.
+    for source, target in ((original.db, trial.db), (Path(f"{original.db}-wal"), Path(f"{trial.db}-wal")),
+                           (original.call_log, trial.call_log)):
+        if source.exists():
+            shutil.copyfile(source, target)
+    return trial
+
+
 # --------------------------------------------------------------------------- 02: compare-and-set
 
 
@@ -314,8 +342,9 @@ def check_compare_and_set(move: Callable) -> None:
 def check_restart_answers(answer: Callable) -> None:
     """``answer(conn, incident) -> dict``: the learner's answers to the three restart questions.
 
-    A child is killed at every crash point, each in a database of its own; the answer is
-    asked about each, through a fresh connection, and compared with the rows.
+    A child is killed at every crash point, each in a database of its own (once per kernel:
+    later tries get a copy of what it left); the answer is asked about each, through a fresh
+    connection, and compared with the rows.
     """
     _clear_trials()
     from .lesson import QUESTIONS
@@ -323,9 +352,7 @@ def check_restart_answers(answer: Callable) -> None:
     _own_work(answer, "restart_answers")
     wrong = []
     for point in RUN_POINTS:
-        trial = _trial("03-exercise")
-        child = run_in_child(trial.db, "INC-1005", crash_at=point)
-        assert child.killed_by == "SIGKILL", f"the child armed at {point} was not killed: {child.status}"
+        trial = _killed_at("03-exercise", "INC-1005", point)
         truth = restart_answers(trial.db, "INC-1005").as_row()
         from .store import connect_readonly
 
@@ -394,7 +421,8 @@ def check_recovery_worker(resume: Callable) -> None:
     The decision to read is the exercise: an answer may complete through
     ``Coordinator.complete``, but not hand the read to ``inspect``, ``drive`` or ``recover``.
 
-    For every crash point, a child is killed there (each in a database of its own); the
+    For every crash point, a child is killed there (each in a database of its own, once per
+    kernel: later tries get a copy of what it left); the
     learner's ``resume`` runs in a fresh child; the run must end completed with one
     receipt, and the provider's log must show exactly the reads N1 predicts: a second read
     only when the crash fell between a read and its commit.
@@ -403,9 +431,7 @@ def check_recovery_worker(resume: Callable) -> None:
     _own_work(resume, "drive", "inspect", "_inspect", "recover", "run_in_child", "labkit_cli")
     wrong = []
     for point in RUN_POINTS:
-        trial = _trial("05-exercise")
-        child = run_in_child(trial.db, "INC-1004", crash_at=point)
-        assert child.killed_by == "SIGKILL", f"the child armed at {point} was not killed: {child.status}"
+        trial = _killed_at("05-exercise", "INC-1004", point)
         outcome = run_answer_once(resume, "resume", trial.db, "INC-1004")
         expected_reads = 1 + (point in BETWEEN_READ_AND_COMMIT)
         reads = trial.provider_log.reads_of("INC-1004")

@@ -143,6 +143,10 @@ def _install_cell_order_handler() -> None:
 
 def start(lesson: str) -> Workspace:
     """A lesson's setup: its own workspace, and friendly messages for cells run out of order."""
+    # As `python -m labkit` does (see labkit/__main__.py): jsonschema would compile the
+    # optional "iri" format's parsers, a second of every lesson's first contract check, for a
+    # format the evidence contract never uses. Only in a lesson's kernel, before first use.
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]  # None makes the import fail
     _DEFINED_BY.clear()
     _install_cell_order_handler()
     return Workspace.create(lesson)

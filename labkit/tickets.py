@@ -52,10 +52,8 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, urlsplit
-
-import httpx
 
 from . import store as checkpoint_store
 from .clock import Clock, clock_from_env
@@ -63,6 +61,9 @@ from .database import check_path, open_database, quick_check, read_transaction, 
 from .errors import BadInput, DatabaseUnavailable, LabError, RunFailure, shown
 from .jsontext import JsonProblem, canonical_json, strict_loads
 from .processes import child_env
+
+if TYPE_CHECKING:  # httpx is imported where a request is made: `run` children that open no ticket never pay for it
+    import httpx
 
 #: The only address the service listens on: it is a lab's stand-in, never a public service.
 HOST = "127.0.0.1"
@@ -552,10 +553,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until-stdin-closes", action="store_true", help=argparse.SUPPRESS)  # TicketService's lifeline
 
 
-class _Stop(Exception):
-    """Raised in the main thread by SIGTERM, to leave serve_forever."""
-
-
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGTERM or SIGINT (exit 0). The first stdout line is the base URL.
 
@@ -567,22 +564,26 @@ def run(args: argparse.Namespace) -> int:
     if args.fault_times is not None and args.fault not in COUNTED_FAULTS:
         raise BadServiceOption("--fault-times", args.fault_times, f"it limits one of {', '.join(COUNTED_FAULTS)}; give that --fault")
     stopping = threading.Event()
+    server: TicketServer | None = None
 
     def stop(signum, frame) -> None:
+        # Ask serve_forever to return, from another thread (shutdown() waits for it to
+        # return, so calling it here, in the serving thread, would wait for ever). Nothing is
+        # raised into whatever the main thread was doing, so no lock is left half-held.
         if not stopping.is_set():
             stopping.set()
-            raise _Stop
+            if server is not None:
+                threading.Thread(target=server.shutdown, daemon=True).start()
 
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
-    server = None
     try:
         server = TicketServer(args.store, port=args.port, faults=Faults(args.fault, args.fault_times, args.fault_delay))
+        if stopping.is_set():  # stopped while the store was being opened
+            return 0
         if args.until_stdin_closes:
             threading.Thread(target=_stop_when_stdin_closes, daemon=True).start()
         print(server.url, flush=True)
         server.serve_forever(poll_interval=0.1)
-    except _Stop:
-        pass
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -668,6 +669,8 @@ class KeyLookup:
 
 
 def _timeout(timeout: float, connect_timeout: float | None) -> httpx.Timeout:
+    import httpx
+
     if not timeout > 0 or (connect_timeout is not None and not connect_timeout > 0):
         raise ValueError("timeouts must be positive numbers of seconds")
     return httpx.Timeout(timeout, connect=connect_timeout if connect_timeout is not None else timeout)
@@ -705,6 +708,8 @@ def post_ticket(
     lesson's naive client does). Never raises for what the network or the service does; see
     :class:`TicketAnswer` for the outcomes. A malformed URL raises :class:`BadTicketServiceUrl`.
     """
+    import httpx
+
     endpoint = _endpoint(url)
     headers = {"Content-Type": "application/json"}
     if key is not None:
@@ -751,6 +756,8 @@ def tickets_for_key(url: str, key: str, timeout: float, *, connect_timeout: floa
 
 def all_tickets(url: str, timeout: float = 5.0) -> list[dict[str, Any]]:
     """Every ticket the service holds, in creation order; raises ``httpx.HTTPError`` if it cannot tell."""
+    import httpx
+
     with httpx.Client(timeout=_timeout(timeout, None), trust_env=False) as client:
         response = client.get(_endpoint(url))
         response.raise_for_status()
@@ -758,6 +765,8 @@ def all_tickets(url: str, timeout: float = 5.0) -> list[dict[str, Any]]:
 
 
 def _lookup(url: str, params: dict[str, str], timeout: float, connect_timeout: float | None) -> KeyLookup:
+    import httpx
+
     endpoint = _endpoint(url)
     try:
         with httpx.Client(timeout=_timeout(timeout, connect_timeout), trust_env=False) as client:
