@@ -96,6 +96,7 @@ browser-test: $(BROWSER_STAMP)
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m labkit bench --peers
+	$(BIN)/python scripts/measure_leases.py
 	$(BIN)/python scripts/bench.py
 
 clean:
