@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from .clock import Clock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import require_write_transaction, transaction
-from .errors import BadInput, RunFailure
+from .errors import BadInput, RunFailure, UnknownRun
 from .jsontext import canonical_json
 
 if TYPE_CHECKING:
@@ -298,6 +298,8 @@ def resolve(db, incident: str, ticket: str | None, reason: str, clock: Clock) ->
     with closing(connect(db, create=False)) as conn, transaction(conn):
         effect = find_effect_txn(conn, incident)
         if effect is None:
+            if conn.execute("SELECT 1 FROM runs WHERE incident = ?", (incident,)).fetchone() is None:
+                raise UnknownRun(incident)  # a mistyped id, not a run without a ticket
             raise NoEffect(incident)
         if effect.state != "uncertain":
             raise EffectNotUncertain(incident, effect.state)

@@ -426,3 +426,11 @@ def test_without_tickets_no_effect_is_written_and_nothing_changes(lab, cli, stat
     assert snapshot(lab.db) == before
     results = labkit.check_invariants(lab.db, lab.call_log, {INC: 1}, lab.provider())
     assert [(r.number, r.held) for r in results] == [(n, True) for n in range(1, 8)]
+
+
+def test_resolve_names_an_unknown_incident_as_unknown_and_changes_nothing(lab, cli, refused, snapshot):
+    assert cli("run", "--db", lab.db, "--incident", INC).returncode == 0
+    before = snapshot(lab.db)
+    refused(cli("resolve", "--db", lab.db, "--incident", "INC-0000", "--none", "--reason", "a typo"), "no run for incident", "INC-0000")
+    refused(cli("resolve", "--db", lab.db, "--incident", INC, "--none", "--reason", "no ticket"), INC, "no effect to resolve")
+    assert snapshot(lab.db) == before
