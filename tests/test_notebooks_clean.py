@@ -185,3 +185,20 @@ def test_no_demonstration_is_excluded_from_comparison(path):
             if not any(path.stem == stem and snippet in source for stem, snippet in ALLOWED_UNCOMPARED):
                 excluded.append(source.strip().splitlines()[-1])
     assert excluded == [], f"cells whose output nbval would not compare: {excluded}"
+
+
+MERMAID = re.compile(r"```mermaid\n(.*?)```", re.DOTALL)
+
+
+@pytest.mark.parametrize("path", PARAMS)
+def test_mermaid_sequence_diagrams_have_no_semicolon_in_a_message(path):
+    """Mermaid ends a sequence-diagram statement at ``;``, so a message with one breaks the whole
+    picture (found by the browser test in 10's leased flow). Caught here, in every make test."""
+    broken = []
+    for cell in load(path)["cells"]:
+        if cell["cell_type"] != "markdown":
+            continue
+        for block in MERMAID.findall(text(cell["source"])):
+            if block.lstrip().startswith("sequenceDiagram"):
+                broken += [line.strip() for line in block.splitlines() if ";" in line]
+    assert broken == [], f"a ';' in a sequence diagram ends its statement there: {broken}"
