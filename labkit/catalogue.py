@@ -222,18 +222,28 @@ def run_case(db: str | Path, case: Case, *, clock: Clock | None = None, data: st
     call log (:func:`~labkit.provider.call_log_for`). An EvidenceRejected is caught and
     reported; any other error propagates.
     """
+    provider = CannedProvider(call_log_for(db), {case.incident: case.raw}, data)
+    return measure_inspection(db, case.incident, provider, name=case.name, expected=(case.rule, case.field), clock=clock)
+
+
+def measure_inspection(db: str | Path, incident: str, provider, *, name: str, expected: tuple[str | None, str | None] = (None, None),
+                       clock: Clock | None = None) -> CaseResult:
+    """One inspection through ``provider``, measured: the rule that refused (if any), the run's step
+    and evidence before and after, the database's bytes, the calls in the provider's own log.
+
+    Shared by :func:`run_case` and the 07 exercise check (:func:`labkit.exercises.inspect_with_rule`).
+    """
     log = CallLog(call_log_for(db))
-    provider = CannedProvider(log.path, {case.incident: case.raw}, data)
     with closing(connect(db)) as conn:
         coordinator = Coordinator(conn, provider, clock=clock)
-        run = coordinator.start(case.incident)
+        run = coordinator.start(incident)
         if run.step is not Step.NOT_INSPECTED:
-            raise StepOrderError(case.incident, run.step.value, "inspect with a canned answer")
+            raise StepOrderError(incident, run.step.value, "inspect with a canned answer")
 
         def observe() -> tuple[Step, int]:
             with read_transaction(conn):
-                found = find_run_txn(conn, case.incident)
-                count = conn.execute("SELECT COUNT(*) FROM evidence WHERE incident = ?", (case.incident,)).fetchone()[0]
+                found = find_run_txn(conn, incident)
+                count = conn.execute("SELECT COUNT(*) FROM evidence WHERE incident = ?", (incident,)).fetchone()[0]
             assert found is not None  # start() created it, and runs are never deleted
             return found.step, count
 
@@ -242,17 +252,17 @@ def run_case(db: str | Path, case: Case, *, clock: Clock | None = None, data: st
         db_before = database_digests(db)
         rejected: EvidenceRejected | None = None
         try:
-            coordinator.inspect(case.incident)
+            coordinator.inspect(incident)
         except EvidenceRejected as error:
             rejected = error
         db_after = database_digests(db)
         step_after, evidence_after = observe()
         calls = len(log.calls()) - calls_before
     return CaseResult(
-        case=case.name,
-        incident=case.incident,
-        expected_rule=case.rule,
-        expected_field=case.field,
+        case=name,
+        incident=incident,
+        expected_rule=expected[0],
+        expected_field=expected[1],
         rule=rejected.rule if rejected else None,
         field=rejected.field if rejected else None,
         message=str(rejected) if rejected else None,

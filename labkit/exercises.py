@@ -541,46 +541,11 @@ def inspect_with_rule(db: str | Path, raw: bytes, rule: Callable[[dict], str | N
     refused, the run's step and evidence before and after, the database's bytes, the
     provider's logged calls.
     """
-    from .catalogue import CannedProvider, CaseResult, database_digests
-    from .coordinator import Coordinator
-    from .database import read_transaction
-    from .errors import EvidenceRejected, StepOrderError
-    from .provider import CallLog, call_log_for
-    from .steps import Step
-    from .store import connect, find_run_txn
+    from .catalogue import CannedProvider, measure_inspection
+    from .provider import call_log_for
 
-    log = CallLog(call_log_for(db))
-    provider = RuleCheckedProvider(CannedProvider(log.path, {incident: raw}), rule)
-    with closing(connect(db)) as conn:
-        coordinator = Coordinator(conn, provider, clock=clock)
-        run = coordinator.start(incident)
-        if run.step is not Step.NOT_INSPECTED:  # an inspection there would not ask the provider
-            raise StepOrderError(incident, run.step.value, "inspect with a canned answer")
-
-        def observe() -> tuple[Step, int]:
-            with read_transaction(conn):
-                found = find_run_txn(conn, incident)
-                count = conn.execute("SELECT COUNT(*) FROM evidence WHERE incident = ?", (incident,)).fetchone()[0]
-            assert found is not None  # start() created it, and runs are never deleted
-            return found.step, count
-
-        step_before, evidence_before = observe()
-        calls_before, db_before = len(log.calls()), database_digests(db)
-        rejected = None
-        try:
-            coordinator.inspect(incident)
-        except EvidenceRejected as error:
-            rejected = error
-        db_after = database_digests(db)
-        step_after, evidence_after = observe()
-        calls = len(log.calls()) - calls_before
-    return CaseResult(
-        case=label or provider.name, incident=incident, expected_rule=None, expected_field=None,
-        rule=rejected.rule if rejected else None, field=rejected.field if rejected else None,
-        message=str(rejected) if rejected else None, step_before=step_before, step_after=step_after,
-        evidence_before=evidence_before, evidence_after=evidence_after, db_before=db_before, db_after=db_after,
-        provider_calls=calls,
-    )
+    provider = RuleCheckedProvider(CannedProvider(call_log_for(db), {incident: raw}), rule)
+    return measure_inspection(db, incident, provider, name=label or provider.name, clock=clock)
 
 
 def _counts_that_contradict() -> list[tuple[str, bytes]]:
