@@ -20,6 +20,7 @@ The modules mirror the architecture in the lab's design:
 
 - :mod:`labkit.assessments`: what was concluded from evidence, with its decision inputs; re-evaluation
 - :mod:`labkit.versioning`: workflow versions and the explicit, logged migration between them
+- :mod:`labkit.evaluation`: the task scorecard and the recovery scorecard, kept from reading each other's data
 - :mod:`labkit.jsontext`: canonical JSON out, strict JSON in
 - :mod:`labkit.errors`: every error, as bad input (exit 2) or a run-time failure (exit 1)
 
@@ -66,6 +67,8 @@ from .errors import (
     UnknownRun,
     WorkflowVersionMismatch,
 )
+from .evaluation import Evaluation, RecoveryScore, TaskScore, evaluate, recovery_from_scenarios
+from .explorer import Exploration, explore, random_kills
 from .invariants import check_invariants
 from .leases import (
     FENCE,
@@ -145,4 +148,7 @@ __all__ = [
     "UnknownIncident", "UnknownRun", "WorkflowVersionMismatch", "MigrationRefused", "UnsupportedVersion",
     "RulesInputMissing", "UnknownRulesRevision",
     "DatabaseUnavailable", "InjectedFailure", "ProviderUnavailable", "StaleTransition",
+    # the evaluation layer (13): two scorecards, scored apart
+    "Evaluation", "RecoveryScore", "TaskScore", "evaluate", "recovery_from_scenarios",
+    "Exploration", "explore", "random_kills",
 ]

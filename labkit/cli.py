@@ -14,6 +14,8 @@
     python -m labkit retain --db PATH --older-than DAYS
     python -m labkit work --db PATH --workers N [--incident ID ...] [--lease-seconds S] [--provider-delay S] [--crash-at POINT]
     python -m labkit bench [--peers] [--json] [--rounds N] [--incidents N]
+    python -m labkit evaluate --db PATH [--json] [--ticket-store PATH]
+    python -m labkit explore --db-dir PATH [--random N --seed S] [--bug NAME] [--singles] [--workers N] [--json]
     python -m labkit reset [--lesson NN]
 
 Exit codes: 0 done; 2 bad input (one line on stderr naming the problem; nothing changed);
@@ -42,7 +44,8 @@ from .database import busy_timeout_ms, check_path, read_transaction, translate
 from .effects import list_effects_txn
 from .effects import resolve as resolve_effect
 from .errors import EXIT_BAD_INPUT, EXIT_FAILURE, LabError, UnknownIncident, shown
-from .naive import BUGS, coordinator_class
+from .evaluation import evaluate
+from .naive import BUGS, CRASH_BUGS, coordinator_class
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .recovery import Resumed, recover
 from .retention import check_days, retain
@@ -157,6 +160,25 @@ def _parser() -> argparse.ArgumentParser:
                      help="seconds the provider takes per read (default: LABKIT_PROVIDER_DELAY, or 0)")
     wrk.add_argument("--crash-at", metavar="POINT", action=_Once,
                      help="for lessons and tests: worker 1 kills itself with SIGKILL at POINT (after_lease, or a run's point)")
+    evl = commands.add_parser(
+        "evaluate", allow_abbrev=False,
+        help="the task scorecard (diagnoses vs data/ground_truth.csv) and the recovery scorecard, scored apart (read only)",
+    )
+    evl.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database (read only)")
+    evl.add_argument("--json", action="store_true", help="print one JSON object")
+    evl.add_argument("--ticket-store", type=_db_path, action=_Once, metavar="PATH",
+                     help="the ticket service's store file (its --store), to count duplicated tickets at the destination")
+    exp = commands.add_parser(
+        "explore", allow_abbrev=False,
+        help="every crash point and every pair of them, each in a fresh database, checked against every invariant (exit 1 if one broke)",
+    )
+    exp.add_argument("--db-dir", required=True, action=_Once, metavar="PATH", help="a new or empty folder: one sub-folder per scenario")
+    exp.add_argument("--random", type=int, action=_Once, metavar="N", help="also N kills after a random delay (default 0)")
+    exp.add_argument("--seed", type=int, action=_Once, metavar="S", help="the random kills' seed (default 0)")
+    exp.add_argument("--bug", metavar="NAME", action=_Once, help="explore a deliberately broken coordinator: " + ", ".join(CRASH_BUGS))
+    exp.add_argument("--singles", action="store_true", help="single crashes only, no pairs")
+    exp.add_argument("--workers", type=int, action=_Once, metavar="N", help="processes playing scenarios side by side (default: cores)")
+    exp.add_argument("--json", action="store_true", help="print one JSON object")
     ben = commands.add_parser(
         "bench", allow_abbrev=False, help="labkit against bare SQLite with the same commits (and, with --peers, DBOS and LangGraph)",
     )
@@ -395,10 +417,36 @@ def _status(args) -> int:
     return 0
 
 
+def _evaluate(args) -> int:
+    scores = evaluate(args.db, ticket_store=args.ticket_store)
+    if args.json:
+        print(json.dumps(scores.as_json(), sort_keys=True))
+        return 0
+    for line in scores.lines():
+        print(line)
+    return 0
+
+
 def _bench(args) -> int:
     from . import bench  # imported here: every other command's process starts without it
 
     return bench.run(args)
+
+
+def _explore(args) -> int:
+    from . import explorer
+
+    trials = args.random or 0
+    if not 0 <= trials <= explorer.MAX_TRIALS:
+        raise explorer.BadExploreOption("--random", f"a number of trials from 0 to {explorer.MAX_TRIALS}, not {trials}")
+    if args.seed is not None and args.random is None:
+        raise explorer.BadExploreOption("--seed", "seeds the random kills: give --random N with it")
+    if args.workers is not None and not 1 <= args.workers <= explorer.MAX_WORKERS:
+        raise explorer.BadExploreOption("--workers", f"a number of processes from 1 to {explorer.MAX_WORKERS}, not {args.workers}")
+    found = explorer.explore(args.db_dir, pairs=not args.singles, bug=args.bug, random_trials=trials, seed=args.seed or 0,
+                             workers=args.workers)
+    print(json.dumps(found.as_json()) if args.json else found.text())
+    return 0 if found.held else 1
 
 
 def _crash_points(args) -> int:
@@ -428,5 +476,5 @@ COMMANDS = {
     "incidents": _incidents, "run": _run, "recover": _recover, "status": _status, "crash-points": _crash_points,
     "migrate": _migrate, "migrations": _migrations, "reevaluate": _reevaluate, "reset": _reset, "work": _work,
     "effects": _effects, "resolve": _resolve, "ticket-service": tickets.run, "bench": _bench,
-    "retain": _retain,
+    "retain": _retain, "evaluate": _evaluate, "explore": _explore,
 }
