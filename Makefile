@@ -4,8 +4,9 @@
 #   make test       unit tests, crash suite and strict nbval over every notebook
 #   make notebooks  re-execute every notebook in place (commit the result)
 #   make bench      labkit against bare SQLite, DBOS and LangGraph (installs them into .venv/bench), then timings
-#   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races, and
-#                   work pools under random SIGKILLs and stalls (LABKIT_SOAK_TRIALS=20 trials; counts printed)
+#   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races,
+#                   work pools under random SIGKILLs and stalls (LABKIT_SOAK_TRIALS=20 trials), and 240 runs
+#                   killed after a random delay (LABKIT_RANDOM_TRIALS=240); counts printed
 #   make wheelhouse      every pinned wheel into wheelhouse/ (KINDS="linux-x86_64 macos-arm64" adds learners' machines)
 #   make offline-check   install from wheelhouse/ and run the tests with no network (needs root: a network namespace)
 #   make test-other-env  run the tests from a fresh venv outside the repository
@@ -77,6 +78,7 @@ notebooks: $(STAMP)
 soak: $(STAMP)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_faults.py -q -k "fault1 or fault11"
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_work_pool.py -q -s -n 0 -k soak
+	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_explorer.py -q -s -n 0 -k soak
 
 wheelhouse:
 	bash scripts/wheelhouse.sh $(KINDS)

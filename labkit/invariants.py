@@ -35,6 +35,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+from .coordinator import Coordinator
 from .database import read_transaction
 from .effects import list_effects_txn
 from .leases import leases_before_evidence_txn, stale_commits_txn
@@ -70,7 +71,7 @@ STATEMENTS = {
 
 def check_invariants(
     db_path: str | Path, call_log: str | Path, expected_reads: dict[str, int], provider: ReadAdapter, tickets: str | None = None,
-    *, leases: bool = False,
+    *, leases: bool = False, coordinator_class: type[Coordinator] = Coordinator,
 ) -> list[InvariantResult]:
     """Check all seven; ``expected_reads`` maps each incident to 1 + its reads that never committed.
 
@@ -81,7 +82,9 @@ def check_invariants(
     Invariant 7 runs :func:`~labkit.recovery.recover` once more with ``provider``, so call
     this only after the recovery under test has finished. ``leases=True`` adds 10 and 11, for
     runs driven by the leased flow; there, which killed worker had read before it died is
-    not in the rows, so 11 bounds the reads that 5 would need predicted.
+    not in the rows, so 11 bounds the reads that 5 would need predicted. ``coordinator_class``
+    is the recovery 7 runs again: a deliberately broken variant (:mod:`labkit.naive`) is
+    judged by its own second recovery (12_crash_explorer).
     """
     log = CallLog(call_log)
     with closing(connect_readonly(db_path)) as conn, read_transaction(conn):
@@ -154,7 +157,7 @@ def check_invariants(
                 wrong_reads.append(f"{incident} read {read} times under {allowed} leases taken before its evidence")
         record(11, wrong_reads, "within the leases taken")
 
-    again = recover(db_path, provider, tickets=tickets)
+    again = recover(db_path, provider, tickets=tickets, coordinator_class=coordinator_class)
     # An effect left uncertain for a person is asked about by every recovery (a look-up that
     # changes nothing): that is not work left undone, provided no row changed (checked below).
     again = [r for r in again if not (r.error is None and r.effect is not None and r.effect.state == "uncertain"

@@ -12,27 +12,42 @@ test must catch. Nothing in labkit uses them unless asked by name
   transaction and writes the receipt in another. Two workers that both read
   ``evidence_recorded`` both go on to write; the loser fails instead of returning the
   winner's receipt.
-- ``retry_without_key`` (09_external_effects): opens the ticket with a new idempotency key
-  for every attempt and, when an answer times out, simply tries again. A request that was
-  committed but answered too late becomes a second ticket.
+- ``retry_without_key`` (09_external_effects, 12_crash_explorer): opens the ticket with a
+  new idempotency key for every attempt (numbered by the attempts it has committed) and, when
+  an answer times out, simply tries again. A request that was committed but answered too
+  late, or answered to a process that then died, becomes a second ticket.
+- ``no_receipt_key`` (12_crash_explorer): completion mints a fresh receipt id for every
+  attempt instead of deriving it from the run, and commits the receipt before the step. A
+  crash between the two leaves a receipt nobody will recognise as this attempt's: the next
+  attempt inserts another, the table's primary key refuses it, and the run can never finish.
+- ``reread_committed_evidence`` (12_crash_explorer): recovery that "refreshes" a resumed run
+  by asking the provider again, although the evidence it needs is committed. Every crash
+  after the evidence commit costs a read that invariant 5 says never happens.
+
+The explorer (:mod:`labkit.explorer`) switches on the ones a crash can reveal
+(:data:`CRASH_BUGS`); ``check_then_act_completion`` needs a race, not a crash, to show.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
+from .assessments import latest_assessment_txn
 from .clock import Clock
 from .contract import CONTRACT, check_evidence
-from .coordinator import Coordinator
+from .coordinator import Coordinator, DriveResult, decision_inputs_of
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import read_transaction, transaction
-from .effects import TICKET_TIMEOUT, Effect, EffectNotDone, find_effect_txn, open_ticket
+from .effects import TICKET_TIMEOUT, Effect, EffectNotDone, find_effect_txn, open_ticket, operation_key, record_intent_txn, ticket_request
 from .errors import InconsistentRun, StepOrderError, UnknownBug
-from .provider import ReadAdapter
+from .jsontext import canonical_json
+from .provider import ReadAdapter, read_with_diagnostic
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
+from .retention import keep_evidence_txn
 from .steps import Step
-from .store import Run, advance_txn, load_evidence_txn, store_evidence_txn
+from .store import Run, advance_txn, load_evidence_txn
 
 
 class TwoCommitCoordinator(Coordinator):
@@ -44,9 +59,12 @@ class TwoCommitCoordinator(Coordinator):
             if run.step is not Step.NOT_INSPECTED:
                 return run, False
             self.crash.reached(CrashPoint.BEFORE_READ, self.conn)
-            body = check_evidence(self.provider.read(incident), incident)
+            reading = read_with_diagnostic(self.provider, incident)
             self.crash.reached(CrashPoint.AFTER_READ, self.conn)
-            store_evidence_txn(self.conn, incident, CONTRACT, body, self.clock)
+            body = check_evidence(reading.response, incident)
+            current = self.workflow_version >= 2  # what the real inspect stores, in its own commit
+            keep_evidence_txn(self.conn, incident, CONTRACT, body, reading.diagnostic, self.clock,
+                              decision_inputs_of(self.provider) if current else None, record_assessment=current)
             self.crash.reached(CrashPoint.BEFORE_EVIDENCE_COMMIT, self.conn)
         self.crash.reached(CrashPoint.AFTER_EVIDENCE_COMMIT, self.conn)  # the gap: evidence without its step
         with transaction(self.conn):
@@ -88,16 +106,19 @@ class RetryWithoutKeyCoordinator(Coordinator):
             effect = find_effect_txn(self.conn, incident)
         if effect is None or effect.state in ("done", "resolved"):
             return open_ticket(self.conn, incident, self.tickets, self.clock, crash=self.crash)
-        for attempt in (1, 2, 3):
-            key = f"{effect.operation_key}-attempt-{attempt}"  # the bug: the key changes with the attempt
+        for _ in range(3):
+            with transaction(self.conn):  # it does count its attempts, durably, before each send ...
+                self.conn.execute("UPDATE effects SET attempts = attempts + 1 WHERE incident = ?", (incident,))
+                attempt = self.conn.execute("SELECT attempts FROM effects WHERE incident = ?", (incident,)).fetchone()[0]
+            key = f"{effect.operation_key}-attempt-{attempt}"  # ... and that is the bug: the key changes with the attempt
             self.crash.reached(CrashPoint.BEFORE_SEND, self.conn)
             answer = post_ticket(self.tickets, key, effect.request, TICKET_TIMEOUT)
             self.crash.reached(CrashPoint.AFTER_SEND, self.conn)
             if answer.outcome in ("created", "replayed"):
                 with transaction(self.conn):
                     self.conn.execute(
-                        "UPDATE effects SET state = 'done', ticket = ?, attempts = attempts + ?, last_outcome = ? WHERE incident = ?",
-                        (answer.ticket, attempt, f"{answer.outcome} on attempt {attempt}", incident),
+                        "UPDATE effects SET state = 'done', ticket = ?, last_outcome = ? WHERE incident = ?",
+                        (answer.ticket, f"{answer.outcome} on attempt {attempt}", incident),
                     )
                     stored = find_effect_txn(self.conn, incident)
                 assert stored is not None
@@ -105,12 +126,68 @@ class RetryWithoutKeyCoordinator(Coordinator):
         raise EffectNotDone(incident, "three attempts, no answer")
 
 
+class FreshReceiptIdCoordinator(Coordinator):
+    """Completion without a receipt key: a new receipt id per attempt, the receipt committed before the step."""
+
+    def _complete(self, incident: str) -> tuple[Receipt, bool]:
+        with transaction(self.conn):
+            run = self.load_txn(incident)
+            if run.step is Step.REPORT_COMPLETED:
+                stored = find_receipt_txn(self.conn, incident)
+                if stored is None:
+                    raise InconsistentRun(incident, "it is at report_completed but has no receipt")
+                return stored, False
+            if run.step is not Step.EVIDENCE_RECORDED:
+                raise StepOrderError(incident, run.step.value, "complete")
+            evidence = load_evidence_txn(self.conn, incident)
+            assessment = latest_assessment_txn(self.conn, incident)
+            if evidence is None:
+                raise InconsistentRun(incident, "it is at evidence_recorded but has no evidence")
+            self.crash.reached(CrashPoint.BEFORE_RECEIPT_WRITE, self.conn)
+            report = build_report(evidence, assessment)
+            # The bug: an id minted for this attempt (its process and clock), not derived from the
+            # run, and no look-up first: nothing tells this attempt that an earlier one got this far.
+            receipt = Receipt(incident, f"rcpt-{os.getpid()}-{self.clock.now()}", report["evidence_digest"], report, self.clock.now())
+            self.conn.execute(
+                "INSERT INTO receipts (incident, receipt_id, evidence_digest, report, issued_at) VALUES (?, ?, ?, ?, ?)",
+                (incident, receipt.receipt_id, receipt.evidence_digest, canonical_json(report), receipt.issued_at),
+            )
+        with transaction(self.conn):  # ... and the step in a second commit
+            run = self.load_txn(incident)
+            if self.tickets is not None:
+                record_intent_txn(self.conn, incident, operation_key(incident, self.workflow_version), ticket_request(report), self.clock)
+            advance_txn(self.conn, run, Step.REPORT_COMPLETED, self.clock)
+            self.crash.reached(CrashPoint.BEFORE_COMPLETION_COMMIT, self.conn)
+        self.crash.reached(CrashPoint.AFTER_COMPLETION_COMMIT, self.conn)
+        return receipt, True
+
+
+class RereadOnRecoveryCoordinator(Coordinator):
+    """Recovery that asks the provider again for a run whose evidence is already committed."""
+
+    def finish(self, incident: str) -> DriveResult:
+        from_step = self.start(incident).step
+        if from_step is not Step.NOT_INSPECTED:
+            # The bug: "refresh before finishing". The answer is checked and thrown away; the
+            # committed evidence is what completion uses, so only the provider's log shows it.
+            check_evidence(self.provider.read(incident), incident)
+            receipt, completed = self._complete(incident)
+            return DriveResult(incident, from_step, True, completed, receipt)
+        return super().finish(incident)
+
+
 #: The broken variants by name, for ``--bug NAME``.
 BUGS: dict[str, type[Coordinator]] = {
     "evidence_and_step_apart": TwoCommitCoordinator,
     "check_then_act_completion": CheckThenActCoordinator,
     "retry_without_key": RetryWithoutKeyCoordinator,
+    "no_receipt_key": FreshReceiptIdCoordinator,
+    "reread_committed_evidence": RereadOnRecoveryCoordinator,
 }
+
+#: The variants a crash reveals, which the crash explorer switches on by name (12_crash_explorer).
+#: ``check_then_act_completion`` is left out: it breaks only when two workers race (06).
+CRASH_BUGS: tuple[str, ...] = ("evidence_and_step_apart", "no_receipt_key", "reread_committed_evidence", "retry_without_key")
 
 
 def coordinator_class(bug: str | None) -> type[Coordinator]:
