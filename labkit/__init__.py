@@ -67,8 +67,6 @@ from .errors import (
     UnknownRun,
     WorkflowVersionMismatch,
 )
-from .evaluation import Evaluation, RecoveryScore, TaskScore, evaluate, recovery_from_scenarios
-from .explorer import Exploration, explore, random_kills
 from .invariants import check_invariants
 from .leases import (
     FENCE,
@@ -112,15 +110,25 @@ from .workspace import Workspace
 
 __version__ = "0.1.0"
 
+#: Names exported from modules loaded on first use (12_crash_explorer, 13_evaluation).
+_LAZY = {
+    "Evaluation": "evaluation", "RecoveryScore": "evaluation", "TaskScore": "evaluation", "evaluate": "evaluation",
+    "recovery_from_scenarios": "evaluation", "Exploration": "explorer", "explore": "explorer", "random_kills": "explorer",
+}
+
 
 def __getattr__(name: str):
     # `labkit.display` needs pandas, which takes a while to import; load it on first use so
     # `python -m labkit` child processes start fast, while `labkit.display.runs_frame` still works.
     # The lesson helpers load the same way.
-    if name in ("display", "lesson", "exercises", "capacity"):
+    if name in ("display", "lesson", "exercises", "capacity", "explorer", "evaluation"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
+    if name in _LAZY:  # the explorer and the scorecards: a command-line child needs neither
+        import importlib
+
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
     raise AttributeError(f"module 'labkit' has no attribute {name!r}")
 
 __all__ = [
