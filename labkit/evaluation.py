@@ -43,7 +43,6 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import tickets
 from .contract import CONTRACT, schema_for
 from .database import open_regular_file, read_transaction
 from .errors import BadInput, NotARegularFile, shown
@@ -419,7 +418,9 @@ def recovery_score(db: str | Path, *, ticket_store: str | Path | None = None) ->
     if ticket_store is not None:
         if not os.path.lexists(ticket_store):
             raise TicketStoreMissing(ticket_store)
-        held = tickets.store_rows(ticket_store)
+        from .tickets import store_rows  # the HTTP server's module, loaded only when a store is given
+
+        held = store_rows(ticket_store)
     with scoped_connection(db, "recovery", RECOVERY_TABLES) as conn:
         runs = [(row["incident"], row["step"], row["receipts"], row["uncertain"]) for row in conn.execute(RECOVERY_RUNS_SQL)]
     # Read after the database, as status does: a read is logged before its evidence commits,
@@ -446,8 +447,9 @@ def recovery_from_scenarios(rows: Iterable[Mapping[str, object]]) -> RecoverySco
     Each row needs ``provider_reads`` and ``receipts`` (whole numbers from 0) and
     ``completed`` (true or false); ``tickets`` (the run's tickets at the destination) and
     ``uncertain`` (its effect left uncertain) may be missing, None or NaN (a pandas gap):
-    not measured. ``name`` names the scenario in ``unfinished`` (default: its index). numpy
-    numbers are accepted, so ``frame.to_dict("records")`` can be passed as it is.
+    not measured. ``name`` (or the explorer table's ``scenario``) names the scenario in ``unfinished``
+    (default: its index). numpy numbers are accepted, so the explorer's
+    ``frame().to_dict("records")`` can be passed as it is.
     """
     return _tally([_scenario(index, row) for index, row in enumerate(rows)])
 
@@ -481,7 +483,8 @@ def _scenario(index: int, row: Mapping[str, object]) -> RunRecovery:
     assert reads is not None and receipts is not None  # not optional: count() raised otherwise
     completed = flag("completed")
     return RunRecovery(
-        str(row.get("name", index)), bool(completed), receipts, reads, count("tickets", optional=True), flag("uncertain", optional=True),
+        str(row.get("name", row.get("scenario", index))), bool(completed), receipts, reads, count("tickets", optional=True),
+        flag("uncertain", optional=True),
     )
 
 

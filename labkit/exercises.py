@@ -23,22 +23,23 @@ import functools
 import inspect
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
 import sys
 import textwrap
 from collections.abc import Callable
-from contextlib import closing
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .coordinator import WORKFLOW_VERSION
 from .crashpoints import BETWEEN_READ_AND_COMMIT, RUN_POINTS
-from .invariants import check_invariants
+from .invariants import InvariantResult, check_invariants
 from .lesson import restart_answers
-from .processes import ChildOutcome, labkit_cli, race_commands, run_in_child
+from .processes import ChildOutcome, child_env, labkit_cli, race_commands, run_in_child
 from .receipts import receipt_id_for
 from .workspace import Workspace
 
@@ -142,13 +143,49 @@ def run_answer(
 
 
 def run_answer_once(function: Callable, kind: str, db: Path, incident: str, **hooks: str | None) -> ChildOutcome:
-    """Run the answer in one child process to its end (or its kill)."""
-    [outcome] = race_commands([run_answer(function, kind, db, incident, **hooks)])
-    return outcome
+    """Run the answer in one child process to its end (or its kill).
+
+    The child is forked from this process instead of started as a new interpreter: it builds
+    the same fresh namespace and hooks as :func:`child_main` and is just as much a process of
+    its own, which a hook's SIGKILL ends, but it skips the third of a second a new Python
+    spends importing labkit, and a check runs an answer up to seven times a try. Its output
+    goes to files, not pipes, so an answer that prints a lot cannot block it. (Races need
+    children released one by one on their standard input: :func:`race_commands` starts those.)
+    """
+    shown, argv = run_answer(function, kind, db, incident, **hooks)
+    spec_path = Path(argv[-1])
+    spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    out, err = spec_path.with_suffix(".out"), spec_path.with_suffix(".err")
+    environment = child_env()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            for fd, path in ((1, out), (2, err)):
+                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+            sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - left by os._exit
+            sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
+            os.environ.clear()
+            os.environ.update(environment)  # the pinned clock, as a started child would get it
+            code = _answer_main(spec)
+        except BaseException as error:  # noqa: BLE001 - reported like the learner's own error
+            os.write(2, f"{type(error).__name__}: {error}".splitlines()[0].encode()[:300])
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    return ChildOutcome(shown, returncode, out.read_text(encoding="utf-8", errors="replace"),
+                        err.read_text(encoding="utf-8", errors="replace"))
 
 
 def child_main() -> None:  # pragma: no cover - runs in the child process
-    """The child's side of :func:`run_answer`."""
+    """The child's side of :func:`run_answer`, started as a new interpreter (races)."""
+    spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    sys.exit(_answer_main(spec))
+
+
+def _answer_main(spec: dict[str, Any]) -> int:  # pragma: no cover - runs in the child process
+    """Run the learner's answer as ``spec`` says; print ``returned ...``, or its error on stderr (exit 1)."""
     import importlib
 
     import labkit
@@ -156,7 +193,6 @@ def child_main() -> None:  # pragma: no cover - runs in the child process
     from labkit.database import holds_write_lock, read_transaction
     from labkit.store import latest_time_txn
 
-    spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
     namespace: dict[str, Any] = {"__name__": "answer"}
     modules = ("labkit", "labkit.store", "labkit.receipts", "labkit.database", "labkit.contract", "labkit.steps", "labkit.report")
     for module_name in modules:
@@ -205,7 +241,8 @@ def child_main() -> None:  # pragma: no cover - runs in the child process
         print(f"returned {shown}", flush=True)
     except Exception as error:  # the learner's error, reported to the check as one line
         print(f"{type(error).__name__}: {error}".splitlines()[0][:300], file=sys.stderr, flush=True)
-        sys.exit(1)
+        return 1
+    return 0
 
 
 def _returned(outcome: ChildOutcome) -> str | None:
@@ -845,7 +882,7 @@ def _clock_after(db: Path) -> Any:
 def reconciliation_trials(decide: Callable | None = None) -> list[ReconciliationTrial]:
     """Every case of :data:`RECONCILIATION_CASES`, recovered with ``decide`` (labkit's own by default).
 
-    Each case has a workspace and a ticket service of its own (a real HTTP server in a child
+    Each case has a workspace and a ticket service of its own (a real HTTP server in a forked child
     process, its own SQLite store). ``python -m labkit run --tickets URL`` runs in a child,
     killed by SIGKILL at the case's crash point or meeting the service's fault; all the runs
     start together, so the cases take about as long as the slowest (a 1 s client timeout).
@@ -854,10 +891,11 @@ def reconciliation_trials(decide: Callable | None = None) -> list[Reconciliation
     """
     from .database import read_transaction
     from .effects import DECISIONS, find_effect_txn, reconciliation_decision
+    from .explorer import ticket_service
     from .processes import _FOLDERS, race
     from .recovery import recover
     from .store import connect_readonly, snapshot
-    from .tickets import TicketService
+    from .tickets import Faults
 
     chosen = decide or reconciliation_decision
     asked: list[str] = []
@@ -877,14 +915,15 @@ def reconciliation_trials(decide: Callable | None = None) -> list[Reconciliation
         return said
 
     incident = RECONCILED_INCIDENT
-    services: list[TicketService] = []
     trials: list[ReconciliationTrial] = []
-    try:
-        spaces = []
+    with ExitStack() as stack:
+        spaces, services = [], []
         for _, fault, times, _ in RECONCILIATION_CASES:
             space = _trial("09-exercise")
             spaces.append(space)
-            services.append(TicketService(space.folder / "tickets.db", fault=fault, fault_times=times).start())
+            # A real HTTP server in a process of its own, forked from this one (a new Python
+            # would spend a third of a second starting, seven tries a check, six services a try).
+            services.append(_Service(stack.enter_context(ticket_service(space.folder / "tickets.db", Faults(fault, times)))))
         runs = race(*[
             ("run", "--db", space.db, "--incident", incident, "--tickets", service.url, *(("--crash-at", point) if point else ()))
             for space, service, (_, _, _, point) in zip(spaces, services, RECONCILIATION_CASES, strict=True)
@@ -914,10 +953,19 @@ def reconciliation_trials(decide: Callable | None = None) -> list[Reconciliation
                 _FOLDERS.sub("", f"{type(failure).__name__}: {failure}".splitlines()[0]) if failure else None,
                 effect.state, effect.ticket, len(held_tickets), held, unchanged, tuple(r.number for r in results if not r.held),
             ))
-    finally:
-        for service in services:
-            service.stop()
     return trials
+
+
+@dataclass(frozen=True)
+class _Service:
+    """A forked ticket service's URL, and what it holds."""
+
+    url: str
+
+    def tickets(self) -> list[dict[str, Any]]:
+        from .tickets import all_tickets
+
+        return all_tickets(self.url)
 
 
 def _what_it_was_told(trial: ReconciliationTrial) -> str:
@@ -1290,3 +1338,332 @@ def check_retention_selection(due: Callable) -> None:
     print("✓ kept the unfinished run's, the run with an uncertain ticket effect, and the run inside the 30 days")
     print(f"✓ runs, transitions, evidence (summary, digest, reference), assessments, receipts, effects, redactions unchanged; "
           f"all {sum(len(roles) for roles in RETENTION_CASES)} runs answer the three restart questions as before")
+
+
+# --------------------------------------------------------------------------- 12: the crash explorer
+
+#: The scenarios Exercise 12.1's answer plays, in the order that stops the common slips first.
+SCENARIO_CASES: tuple[tuple[str, str | None], ...] = (
+    ("after_read", None),                                       # a kill inside the read window: one more read
+    ("after_evidence_commit", "reread_committed_evidence"),     # the recovery itself must carry the bug
+    ("before_completion_commit", "no_receipt_key"),             # a run that can never finish
+    ("before_receipt_write", None),
+)
+#: The bug section 3 of 12_crash_explorer shows row by row: a prediction about it would be a copy.
+SHOWN_BUG = "reread_committed_evidence"
+
+
+def _explorer_broken(point: str, bug: str | None, numbers: range) -> set[int]:
+    """What the explorer finds broken, among ``numbers``, in the scenario killed once at ``point``."""
+    from .explorer import Scenario, run_scenario
+
+    trial = _trial("12-explorer")
+    result = run_scenario(Scenario("run", (point,), bug), trial.folder / "scenario")
+    return {number for number in result.broken if number in numbers}
+
+
+def _with_bug(bug: str | None) -> str:
+    return f" with --bug {bug}" if bug else " (labkit's coordinator)"
+
+
+@_one_line
+def check_scenario(scenario: Callable) -> None:
+    """``scenario(db, point, bug) -> list of InvariantResult``: one scenario of the explorer, written by hand.
+
+    For each of :data:`SCENARIO_CASES` the answer runs in this kernel against a fresh
+    database, and the invariants it finds broken (1 to 7: a run without a ticket) must be
+    those the explorer finds broken in the same scenario, which kills and recovers on its own.
+    """
+    _clear_trials()
+    if not callable(scenario):
+        raise AssertionError(f"the answer should be a function (def my_scenario(db, point, bug): ...), not {type(scenario).__name__}")
+    _own_work(scenario, "explore", "run_scenario", "random_kills", "explorer")
+    seven = range(1, 8)
+    shown = []
+    for point, bug in SCENARIO_CASES:
+        trial = _trial("12-scenario")
+        try:
+            results = scenario(trial.db, point, bug)
+        except AssertionError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the learner's code: say what it raised, in one line
+            raise AssertionError(f"{point}{_with_bug(bug)}: your scenario raised {type(error).__name__}: {error}") from None
+        if not isinstance(results, list) or not all(isinstance(r, InvariantResult) for r in results):
+            raise AssertionError(f"{point}{_with_bug(bug)}: return the list labkit.check_invariants(...) returns, "
+                                 f"not {type(results).__name__}")
+        checked = {r.number for r in results}
+        if not set(seven) <= checked:
+            raise AssertionError(f"{point}{_with_bug(bug)}: your list holds invariants {sorted(checked)}; check all of 1-7")
+        mine = {r.number for r in results if not r.held and r.number in seven}
+        theirs = _explorer_broken(point, bug, seven)
+        if mine != theirs:
+            said = ", ".join(f"{r.number} ({r.detail})" for r in results if r.number in mine - theirs)
+            if theirs - mine:
+                raise AssertionError(
+                    f"{point}{_with_bug(bug)}: the explorer finds invariant(s) {sorted(theirs - mine)} broken here, your scenario "
+                    "finds them held. Was the run really killed at the point (--crash-at), and did the run, the recovery and "
+                    "invariant 7's second recovery (coordinator_class=) all use the bug?"
+                )
+            hint = ""
+            reads = next((r.detail for r in results if r.number == 5 and not r.held), "")
+            counted = re.search(r"read (\d+) times, expected (\d+)", reads)
+            if counted and int(counted[1]) < int(counted[2]):
+                hint = (" Your run read less than a kill at this point costs: was it really killed there "
+                        "(--crash-at, and .killed_by == 'SIGKILL')?")
+            elif counted:
+                hint = " A kill between the read and its commit costs one more read: expect 1 + (point in labkit.BETWEEN_READ_AND_COMMIT)"
+
+            raise AssertionError(f"{point}{_with_bug(bug)}: your scenario finds {said} broken; the explorer finds "
+                                 f"{'nothing' if not theirs else sorted(theirs)} broken.{hint}")
+        shown.append(f"{point}{_with_bug(bug)}: " + (f"{sorted(mine)} broken" if mine else "all 7 held"))
+    for line in shown:
+        print(f"✓ {line}, as the explorer finds")
+
+
+@_one_line
+def check_bug_prediction(bug: str, predicted: dict) -> None:
+    """``predicted``: ``{crash point: {invariant numbers}}`` for the points where ``bug`` breaks something.
+
+    The explorer then runs every single crash of the ``run`` flow with ``bug`` switched on,
+    and the red cells must be exactly the predicted ones.
+    """
+    from .explorer import explore, flow_points
+    from .naive import CRASH_BUGS
+
+    _clear_trials()
+    if bug not in CRASH_BUGS:
+        raise AssertionError(f"my_bug should be one of {', '.join(CRASH_BUGS)}, not {bug!r}")
+    if bug == SHOWN_BUG:
+        raise AssertionError(f"section 3 showed {SHOWN_BUG} row by row; predict one you have not seen yet")
+    if not isinstance(predicted, dict):
+        raise AssertionError(f"my_prediction should be a dict {{crash point: {{invariant numbers}}}}, not {type(predicted).__name__}")
+    points = flow_points()["run"]
+    unknown = [point for point in predicted if point not in points]
+    if unknown:
+        raise AssertionError(f"{unknown[0]!r} is not a crash point of a run with a ticket: {', '.join(points)}")
+    mine: dict[str, set[int]] = {}
+    for point, numbers in predicted.items():
+        if not isinstance(numbers, set | list | tuple) or not all(isinstance(n, int) and 1 <= n <= 9 for n in numbers):
+            raise AssertionError(f"at {point}: give a set of invariant numbers from 1 to 9, like {{1, 7}}, not {numbers!r}")
+        if numbers:
+            mine[point] = set(numbers)
+    if not mine:
+        raise AssertionError(f"you predicted that {bug} breaks nothing: it is a bug the explorer catches, so some cell turns red")
+    found = explore(_trial("12-prediction").folder / "explore", pairs=False, bug=bug, workers=1)
+    theirs = {r.scenario.crash_points[0]: set(r.broken) for r in found.results if r.broken}
+    if mine != theirs:
+        differ = [point for point in points if mine.get(point, set()) != theirs.get(point, set())]
+        wrong = [f"at {point} you predicted {sorted(mine.get(point, set())) or 'nothing'}, the explorer found "
+                 f"{sorted(theirs.get(point, set())) or 'nothing'}" for point in differ]
+        raise AssertionError(f"{bug}: " + "; ".join(wrong) + ". See the rows' detail with labkit.explore(folder, pairs=False, "
+                             "bug=my_bug).text() and say why: which row did the bug leave behind, and which invariant reads it?")
+    for point, numbers in theirs.items():
+        print(f"✓ {bug} at {point}: invariants {sorted(numbers)} broken, as you predicted")
+    print(f"✓ every other point of {len(points)}: every invariant held, as you predicted")
+
+
+# --------------------------------------------------------------------------- 13: the task scorer's accuracy
+
+
+@dataclass(frozen=True)
+class EvaluationCase:
+    """One small database of 13_evaluation's ship gate (section 4), scored by Exercise 13.1's check too.
+
+    ``story`` says what happened to its runs; ``hint`` what an accuracy that disagrees with
+    labkit's task scorer on it has most likely got wrong. ``ticket_store`` is the ticket
+    service's file where its runs opened tickets, else None.
+    """
+
+    name: str
+    story: str
+    hint: str
+    db: Path
+    ticket_store: Path | None = None
+
+
+_EVALUATION_CASES: list[EvaluationCase] = []
+
+
+def evaluation_cases() -> list[EvaluationCase]:
+    """The five databases of 13_evaluation's section 4, in the order that stops the common slips first.
+
+    Made by labkit's own code (children really killed with SIGKILL, a real ticket service),
+    once per kernel: afterwards they are only read (the scorers and Exercise 13.1's answer
+    open them read-only), so a learner re-running a cell waits for nothing.
+    """
+    if not _EVALUATION_CASES or not all(case.db.exists() for case in _EVALUATION_CASES):
+        _EVALUATION_CASES[:] = _build_evaluation_cases()
+    return list(_EVALUATION_CASES)
+
+
+def _killed(space: Workspace, incident: str, point: str, *options: str) -> None:
+    child = labkit_cli("run", "--db", space.db, "--incident", incident, "--crash-at", point, *options)
+    assert child.killed_by == "SIGKILL", f"the child armed at {point} was not killed: {child.status} {child.message}"
+
+
+def _driven(space: Workspace, *incidents: str, **options: Any) -> None:
+    with closing(space.connect()) as conn:
+        for incident in incidents:
+            space.coordinator(conn, **options).drive(incident)
+
+
+def _build_evaluation_cases() -> list[EvaluationCase]:
+    from .assessments import reevaluate
+    from .naive import coordinator_class
+    from .recovery import recover
+    from .tickets import TicketService
+
+    recovered = Workspace.create("13-case-recovered")
+    _killed(recovered, "INC-1007", "after_evidence_commit")
+    _driven(recovered, "INC-1002", "INC-1011")
+    recover(recovered.db, recovered.provider(), clock=recovered.clock)
+
+    naive = Workspace.create("13-case-naive")
+    store = naive.folder / "tickets.db"
+    with TicketService(store) as service:
+        _killed(naive, "INC-1003", "after_send", "--bug", "retry_without_key", "--tickets", service.url)
+        recover(naive.db, naive.provider(), clock=naive.clock, tickets=service.url,
+                coordinator_class=coordinator_class("retry_without_key"))
+        _driven(naive, "INC-1005", tickets=service.url)
+
+    early = Workspace.create("13-case-early")
+    _driven(early, "INC-1001")
+    _killed(early, "INC-1007", "after_evidence_commit")
+    _killed(early, "INC-1004", "after_read")
+
+    revised = Workspace.create("13-case-revised")
+    _driven(revised, "INC-1003", "INC-1007", "INC-1011")
+    for incident in ("INC-1007", "INC-1011"):
+        reevaluate(revised.db, incident, "rules revision 2 sees zombie consumers and poison messages dead-lettered", revised.clock,
+                   rules_revision=2)
+
+    fresh = Workspace.create("13-case-fresh")
+    with closing(fresh.connect()) as conn:
+        fresh.coordinator(conn).start("INC-1006")
+
+    return [
+        EvaluationCase(
+            "recovered, diagnosed wrongly",
+            "INC-1007 killed after its evidence commit, then recovered; INC-1002 and INC-1011 ran through",
+            "Every run here completed with one receipt, yet INC-1007 and INC-1011 are diagnosed wrongly: compare each "
+            "run's assessed kind with truth, not whether the run finished",
+            recovered.db,
+        ),
+        EvaluationCase(
+            "naive recovery, two tickets",
+            "INC-1003 killed after sending its ticket, recovered by the retry_without_key variant; INC-1005 ran through",
+            "INC-1003 opened two tickets, but both diagnoses are right: a duplicate is a failure of the recovery card, "
+            "not a wrong diagnosis",
+            naive.db, store,
+        ),
+        EvaluationCase(
+            "evaluated before recovery",
+            "INC-1001 completed; INC-1007 killed after its evidence commit; INC-1004 killed after its read, still not_inspected",
+            "Score every run that has an assessment, finished or not (INC-1007's is wrong); INC-1004 has none yet: "
+            "leave it out of both counts, it is not a wrong diagnosis",
+            early.db,
+        ),
+        EvaluationCase(
+            "re-evaluated",
+            "INC-1003, INC-1007 and INC-1011 ran through; INC-1007 and INC-1011 were re-evaluated with rules revision 2",
+            "Two runs have two assessments each: score each run once, by its latest assessment (the highest seq)",
+            revised.db,
+        ),
+        EvaluationCase(
+            "nothing inspected yet",
+            "INC-1006 created, not yet inspected",
+            "No run has an assessment, so there is nothing to score: return None",
+            fresh.db,
+        ),
+    ]
+
+
+_DEALT_AGAIN: list[EvaluationCase] = []
+
+
+def _dealt_again() -> EvaluationCase:
+    """A sixth case, never shown: all sixteen incidents, one re-evaluated, one not inspected.
+
+    The five cases of section 4 are shown with their scores; an answer that looked its
+    number up by the incidents it finds would pass them, and not this one.
+    """
+    from .assessments import reevaluate
+    from .provider import list_incidents
+
+    if not _DEALT_AGAIN or not _DEALT_AGAIN[0].db.exists():
+        space = Workspace.create("13-case-sixteen")
+        _driven(space, *[incident for incident in list_incidents() if incident != "INC-1016"])
+        with closing(space.connect()) as conn:
+            space.coordinator(conn).start("INC-1016")
+        reevaluate(space.db, "INC-1011", "rules revision 2 sees poison messages dead-lettered", space.clock, rules_revision=2)
+        _DEALT_AGAIN[:] = [EvaluationCase(
+            "sixteen incidents",
+            "fifteen ran through with rules revision 1, INC-1011 re-evaluated with revision 2, INC-1016 not inspected",
+            "Score each run with an assessment once, by its latest one; leave a run without one out",
+            space.db,
+        )]
+    return _DEALT_AGAIN[0]
+
+
+@_one_line
+def check_task_accuracy(accuracy: Callable) -> None:
+    """``accuracy(conn, truth) -> float | None``: the task scorecard's accuracy, written by hand.
+
+    ``truth`` is the answer key (``{incident: kind}``, :func:`labkit.evaluation.load_ground_truth`);
+    ``conn`` is the task scorer's own connection (:func:`labkit.evaluation.scoped_connection`
+    with :data:`~labkit.evaluation.TASK_TABLES`): it reads ``runs`` and ``assessments`` and is
+    refused everything else. On each of :func:`evaluation_cases`, and on a sixth database
+    never shown, the answer must equal labkit's :func:`~labkit.evaluation.task_score`:
+    right / scored, where a run is scored by its latest assessment and a run without one is
+    not scored at all; None when nothing is scored.
+    """
+    import math
+    import numbers
+
+    from .evaluation import TASK_TABLES, ScorerReadRefused, load_ground_truth, scoped_connection, task_score
+
+    _clear_trials()
+    if not callable(accuracy):
+        raise AssertionError(f"the answer should be a function (def my_accuracy(conn, truth): ...), not {type(accuracy).__name__}")
+    source_of(accuracy)
+    _own_work(accuracy, "task_score", "evaluate", "_task_scores", "_score_tasks", "_score_task", "TaskScore")
+    truth = load_ground_truth()
+    shown = []
+    for case in [*evaluation_cases(), _dealt_again()]:
+        expected = task_score(case.db)
+        try:
+            with scoped_connection(case.db, "task", TASK_TABLES) as conn:
+                given = accuracy(conn, dict(truth))
+        except ScorerReadRefused as refusal:
+            if refusal.table.startswith("(action"):  # not a read: a write, a PRAGMA, an ATTACH ...
+                raise AssertionError(
+                    f"{case.name}: your function asked for something other than a read {refusal.table}, and the task "
+                    f"scorer's connection refused it: it only reads {' and '.join(TASK_TABLES)}. Count, never change"
+                ) from None
+            raise AssertionError(
+                f"{case.name}: your function read {refusal.table!r}, and the task scorer's connection refused it (it reads "
+                f"{' and '.join(TASK_TABLES)} only). Whether a run finished, its receipt and its report are the recovery "
+                "card's evidence: judge a diagnosis by its assessment"
+            ) from None
+        except AssertionError:
+            raise
+        except Exception as error:  # noqa: BLE001 - the learner's code: say what it raised, in one line
+            raise AssertionError(f"{case.name}: your function raised {type(error).__name__}: {error}".splitlines()[0][:300]) from None
+        if expected.accuracy is None:
+            if given is not None:
+                raise AssertionError(f"{case.name} ({case.story}): your function returned {given!r}; no run has an assessment, "
+                                     "so no diagnosis can be scored: return None (a run not inspected is not a wrong diagnosis)")
+            shown.append(f"{case.name}: no run has an assessment, nothing scored: None")
+            continue
+        if isinstance(given, bool) or not isinstance(given, numbers.Real):
+            raise AssertionError(f"{case.name}: return the accuracy as a number, right / scored (None only when nothing is "
+                                 f"scored), not {given!r}"[:300])
+        if not math.isclose(float(given), expected.accuracy, abs_tol=1e-9):
+            raise AssertionError(
+                f"{case.name} ({case.story}): your accuracy is {float(given):.3f}; the task scorer's is {expected.correct} of "
+                f"{expected.scored} = {expected.accuracy:.3f}. {case.hint}"
+            )
+        shown.append(f"{case.name}: {expected.correct} of {expected.scored} scored right = {expected.accuracy:.3f}")
+    for line in shown:
+        print(f"✓ {line}, as labkit's task scorer says")
+    print(f"✓ read only {' and '.join(TASK_TABLES)}: the recovery card's tables were never needed")

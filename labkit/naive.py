@@ -36,18 +36,17 @@ import sqlite3
 from .assessments import latest_assessment_txn
 from .clock import Clock
 from .contract import CONTRACT, check_evidence
-from .coordinator import Coordinator, DriveResult, decision_inputs_of
+from .coordinator import Coordinator, DriveResult
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import read_transaction, transaction
 from .effects import TICKET_TIMEOUT, Effect, EffectNotDone, find_effect_txn, open_ticket, operation_key, record_intent_txn, ticket_request
 from .errors import InconsistentRun, StepOrderError, UnknownBug
 from .jsontext import canonical_json
-from .provider import ReadAdapter, read_with_diagnostic
+from .provider import ReadAdapter
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
-from .retention import keep_evidence_txn
 from .steps import Step
-from .store import Run, advance_txn, load_evidence_txn
+from .store import Run, advance_txn, load_evidence_txn, store_evidence_txn
 
 
 class TwoCommitCoordinator(Coordinator):
@@ -59,12 +58,9 @@ class TwoCommitCoordinator(Coordinator):
             if run.step is not Step.NOT_INSPECTED:
                 return run, False
             self.crash.reached(CrashPoint.BEFORE_READ, self.conn)
-            reading = read_with_diagnostic(self.provider, incident)
+            body = check_evidence(self.provider.read(incident), incident)
             self.crash.reached(CrashPoint.AFTER_READ, self.conn)
-            body = check_evidence(reading.response, incident)
-            current = self.workflow_version >= 2  # what the real inspect stores, in its own commit
-            keep_evidence_txn(self.conn, incident, CONTRACT, body, reading.diagnostic, self.clock,
-                              decision_inputs_of(self.provider) if current else None, record_assessment=current)
+            store_evidence_txn(self.conn, incident, CONTRACT, body, self.clock)
             self.crash.reached(CrashPoint.BEFORE_EVIDENCE_COMMIT, self.conn)
         self.crash.reached(CrashPoint.AFTER_EVIDENCE_COMMIT, self.conn)  # the gap: evidence without its step
         with transaction(self.conn):

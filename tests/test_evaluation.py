@@ -21,7 +21,6 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from conftest import DATA, INCIDENTS
 
 import labkit
 from labkit import evaluation
@@ -39,6 +38,10 @@ from labkit.evaluation import (
 )
 from labkit.tickets import SLOW, TicketService, post_ticket
 
+# Not imported from conftest: tests/browser has a conftest of its own, and which one "conftest"
+# names depends on collection order.
+DATA = Path(__file__).resolve().parent.parent / "data"
+INCIDENTS = sorted(path.stem for path in (DATA / "incidents").glob("INC-*.json"))
 TRUTH_CSV = (DATA / "ground_truth.csv").read_text(encoding="utf-8")
 
 #: Revision 1 against the ground truth, by hand: 4 consumer outages (one read as lag), 3 lags,

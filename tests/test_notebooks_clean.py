@@ -30,6 +30,8 @@ MAP = [
     "09_external_effects",
     "10_leases_and_fencing",
     "11_capacity_and_retention",
+    "12_crash_explorer",
+    "13_evaluation",
 ]
 
 MACHINE_PATHS = re.compile(r"/tmp/|/root/|/home/[^/\s]+/|/work/|/Users/|C:\\\\?Users", re.IGNORECASE)
@@ -170,6 +172,7 @@ ALLOWED_UNCOMPARED = {
     ("10_leases_and_fencing", "measure_flows("),
     ("11_capacity_and_retention", "bench.run_benchmark("),
     ("11_capacity_and_retention", "capacity.writer_contention("),
+    ("12_crash_explorer", "kills.landed()"),
 }
 UNCOMPARED = re.compile(r"^\s*#\s*NBVAL_(IGNORE_OUTPUT|SKIP)\s*$", re.MULTILINE)
 
