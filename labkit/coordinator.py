@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from . import contract
-from .assessments import latest_assessment_txn
+from .assessments import Assessment, latest_assessment_txn
 from .clock import Clock, SystemClock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import read_transaction, transaction
@@ -31,7 +31,7 @@ from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
 from .retention import keep_evidence_txn
 from .steps import Step
-from .store import Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn
+from .store import Evidence, Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn
 from .versioning import CURRENT_VERSION, check_supported
 
 if TYPE_CHECKING:
@@ -175,24 +175,12 @@ class Coordinator:
         # One transaction decides and writes: under the write lock nobody can complete the
         # run between our reading its step and our writing its receipt (06_single_receipt).
         with transaction(self.conn):
-            run = self.load_txn(incident)
-            stored = find_receipt_txn(self.conn, incident)
-            if run.step is Step.REPORT_COMPLETED:
-                if stored is None:
-                    raise InconsistentRun(incident, "it is at report_completed but has no receipt")
-                return stored, False
-            if run.step is not Step.EVIDENCE_RECORDED:
-                raise StepOrderError(incident, run.step.value, "complete")
-            evidence = load_evidence_txn(self.conn, incident)
-            if evidence is None:
-                raise InconsistentRun(incident, "it is at evidence_recorded but has no evidence")
+            inputs = self.completion_inputs_txn(incident)
+            if isinstance(inputs, Receipt):  # completed earlier: its receipt, nothing written
+                return inputs, False
+            run, stored, evidence, assessment = inputs
             if stored is not None:
                 raise InconsistentRun(incident, "it is at evidence_recorded but already has a receipt")
-            assessment = None
-            if self.workflow_version >= 2:  # the report says what the latest assessment concluded
-                assessment = latest_assessment_txn(self.conn, incident)
-                if assessment is None:
-                    raise InconsistentRun(incident, "it is at evidence_recorded under workflow version 2 but has no assessment")
             self.crash.reached(CrashPoint.BEFORE_RECEIPT_WRITE, self.conn)
             report = build_report(evidence, assessment)
             receipt = issue_receipt_txn(self.conn, incident, self.workflow_version, report, self.clock)
@@ -204,6 +192,33 @@ class Coordinator:
             self.crash.reached(CrashPoint.BEFORE_COMPLETION_COMMIT, self.conn)
         self.crash.reached(CrashPoint.AFTER_COMPLETION_COMMIT, self.conn)
         return receipt, True
+
+    def completion_inputs_txn(self, incident: str) -> Receipt | tuple[Run, Receipt | None, Evidence, Assessment | None]:
+        """Inside the caller's write transaction: what completing ``incident`` starts from.
+
+        A completed run gives its stored receipt alone. A run at ``evidence_recorded`` gives
+        (run, the receipt stored for it if any, its evidence, and under workflow version 2 its
+        latest assessment). Anything else is refused: a completed run without a receipt, a run
+        at another step, evidence or an assessment missing. Whether a receipt may already exist
+        is the caller's decision (labkit's refuses one; a broken variant never looks).
+        """
+        run = self.load_txn(incident)
+        stored = find_receipt_txn(self.conn, incident)
+        if run.step is Step.REPORT_COMPLETED:
+            if stored is None:
+                raise InconsistentRun(incident, "it is at report_completed but has no receipt")
+            return stored
+        if run.step is not Step.EVIDENCE_RECORDED:
+            raise StepOrderError(incident, run.step.value, "complete")
+        evidence = load_evidence_txn(self.conn, incident)
+        if evidence is None:
+            raise InconsistentRun(incident, "it is at evidence_recorded but has no evidence")
+        assessment = None
+        if self.workflow_version >= 2:  # the report says what the latest assessment concluded
+            assessment = latest_assessment_txn(self.conn, incident)
+            if assessment is None:
+                raise InconsistentRun(incident, "it is at evidence_recorded under workflow version 2 but has no assessment")
+        return run, stored, evidence, assessment
 
     def drive(self, incident: str) -> DriveResult:
         """Take a run from wherever it is recorded to ``report_completed``.

@@ -152,29 +152,21 @@ def run_answer_once(function: Callable, kind: str, db: Path, incident: str, **ho
     goes to files, not pipes, so an answer that prints a lot cannot block it. (Races need
     children released one by one on their standard input: :func:`race_commands` starts those.)
     """
+    from .explorer import in_child
+
     shown, argv = run_answer(function, kind, db, incident, **hooks)
     spec_path = Path(argv[-1])
     spec = json.loads(spec_path.read_text(encoding="utf-8"))
     out, err = spec_path.with_suffix(".out"), spec_path.with_suffix(".err")
     environment = child_env()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            for fd, path in ((1, out), (2, err)):
-                os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
-            sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - left by os._exit
-            sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-            os.environ.clear()
-            os.environ.update(environment)  # the pinned clock, as a started child would get it
-            code = _answer_main(spec)
-        except BaseException as error:  # noqa: BLE001 - reported like the learner's own error
-            os.write(2, f"{type(error).__name__}: {error}".splitlines()[0].encode()[:300])
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    returncode = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    return ChildOutcome(shown, returncode, out.read_text(encoding="utf-8", errors="replace"),
+
+    def answer() -> None:  # pragma: no cover - the child
+        os.environ.clear()
+        os.environ.update(environment)  # the pinned clock, as a started child would get it
+        sys.exit(_answer_main(spec))
+
+    end = in_child(answer, output=(out, err))
+    return ChildOutcome(shown, end.code if end.code is not None else 1, out.read_text(encoding="utf-8", errors="replace"),
                         err.read_text(encoding="utf-8", errors="replace"))
 
 

@@ -135,19 +135,24 @@ class ChildEnd:
         return f"exit {self.code}" + (f" ({self.error})" if self.error else "")
 
 
-def _quiet() -> None:
-    """In a forked child: write nothing where the parent writes (a notebook kernel's streams)."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
-    os.dup2(devnull, 2)
-    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - the child leaves by os._exit
+def _quiet(output: tuple[Path, Path] | None = None) -> None:
+    """In a forked child: write nothing where the parent writes (a notebook kernel's streams).
+
+    Standard output and error go to ``output``'s two files when given (files, not pipes: a
+    child that prints a lot cannot block on a reader), else nowhere.
+    """
+    for fd, path in zip((1, 2), output or (Path(os.devnull), Path(os.devnull)), strict=True):
+        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the child leaves by os._exit
+    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
 
 
-def in_child(work: Callable[[], object], *, kill_after: float | None = None) -> ChildEnd:
+def in_child(work: Callable[[], object], *, kill_after: float | None = None, output: tuple[Path, Path] | None = None) -> ChildEnd:
     """Run ``work`` in a forked child and wait for it; ``kill_after`` seconds SIGKILL it from outside.
 
     A child that reaches an armed crash point kills itself (:class:`~labkit.crashpoints.CrashPlan`);
-    one that raises exits 1 and passes its error's first line back through a pipe.
+    one that raises exits 1 (``SystemExit(n)``: n) and passes its error's first line back through a
+    pipe. ``output`` names the files its standard output and error go to (else nowhere).
     """
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -155,8 +160,10 @@ def in_child(work: Callable[[], object], *, kill_after: float | None = None) -> 
         os.close(read_end)
         code = 0
         try:
-            _quiet()
+            _quiet(output)
             work()
+        except SystemExit as leaving:  # the work's own exit code, as a started process would give
+            code = leaving.code if isinstance(leaving.code, int) else 1
         except BaseException as error:  # noqa: BLE001 - reported to the parent, whatever it was
             os.write(write_end, f"{type(error).__name__}: {error}".splitlines()[0].encode()[:400])
             code = 1
