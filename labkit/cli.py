@@ -15,7 +15,7 @@
     python -m labkit work --db PATH --workers N [--incident ID ...] [--lease-seconds S] [--provider-delay S] [--crash-at POINT]
     python -m labkit bench [--peers] [--json] [--rounds N] [--incidents N]
     python -m labkit evaluate --db PATH [--json] [--ticket-store PATH]
-    python -m labkit explore --db-dir PATH [--random N --seed S] [--bug NAME] [--singles] [--workers N] [--json]
+    python -m labkit explore --db-dir PATH [--engine labkit|dbos] [--random N --seed S] [--bug NAME] [--singles] [--workers N] [--json]
     python -m labkit reset [--lesson NN]
 
 Exit codes: 0 done; 2 bad input (one line on stderr naming the problem; nothing changed);
@@ -181,6 +181,8 @@ def _parser(words: list[str] | None = None) -> argparse.ArgumentParser:
     exp.add_argument("--random", type=int, action=_Once, metavar="N", help="also N kills after a random delay (default 0)")
     exp.add_argument("--seed", type=int, action=_Once, metavar="S", help="the random kills' seed (default 0)")
     exp.add_argument("--bug", metavar="NAME", action=_Once, help="explore a deliberately broken coordinator: " + ", ".join(CRASH_BUGS))
+    exp.add_argument("--engine", metavar="NAME", action=_Once,
+                     help="the workflow's engine: labkit (default) or dbos, the same run on DBOS Transact (14_choosing_an_engine)")
     exp.add_argument("--singles", action="store_true", help="single crashes only, no pairs")
     exp.add_argument("--workers", type=int, action=_Once, metavar="N", help="processes playing scenarios at once (default: two a core)")
     exp.add_argument("--json", action="store_true", help="print one JSON object")
@@ -449,7 +451,7 @@ def _explore(args) -> int:
     if args.workers is not None and not 1 <= args.workers <= explorer.MAX_WORKERS:
         raise explorer.BadExploreOption("--workers", f"a number of processes from 1 to {explorer.MAX_WORKERS}, not {args.workers}")
     found = explorer.explore(args.db_dir, pairs=not args.singles, bug=args.bug, random_trials=trials, seed=args.seed or 0,
-                             workers=args.workers)
+                             workers=args.workers, engine=args.engine or "labkit")
     print(json.dumps(found.as_json()) if args.json else found.text())
     return 0 if found.held else 1
 

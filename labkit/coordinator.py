@@ -26,7 +26,7 @@ from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import read_transaction, transaction
 from .effects import Effect, open_ticket, operation_key, reconciliation_decision, record_intent_txn, ticket_request
 from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun, WorkflowVersionMismatch
-from .provider import ReadAdapter, read_with_diagnostic
+from .provider import ReadAdapter, Reading, read_with_diagnostic
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
 from .retention import keep_evidence_txn
@@ -150,19 +150,27 @@ class Coordinator:
             self.crash.reached(CrashPoint.BEFORE_READ, self.conn)
             reading = read_with_diagnostic(self.provider, incident)
             self.crash.reached(CrashPoint.AFTER_READ, self.conn)
-            body = contract.check_evidence(reading.response, incident)
-            # The previous release (workflow version 1) recorded neither decision inputs nor an assessment.
-            current = self.workflow_version >= 2
-            # The evidence row holds the bounded summary and a reference to the raw diagnostic,
-            # which is kept apart; both redacted before they are written (11_capacity_and_retention).
-            keep_evidence_txn(
-                self.conn, incident, contract.CONTRACT, body, reading.diagnostic, self.clock,
-                decision_inputs_of(self.provider) if current else None, record_assessment=current,
-            )
-            run = advance_txn(self.conn, run, Step.EVIDENCE_RECORDED, self.clock)
+            run = self.record_reading_txn(run, reading)
             self.crash.reached(CrashPoint.BEFORE_EVIDENCE_COMMIT, self.conn)
         self.crash.reached(CrashPoint.AFTER_EVIDENCE_COMMIT, self.conn)
         return run, True
+
+    def record_reading_txn(self, run: Run, reading: Reading) -> Run:
+        """Inside the caller's write transaction: check ``reading``, keep it as evidence, move to evidence_recorded.
+
+        The write half of :meth:`inspect`. The DBOS version of the workflow (14_choosing_an_engine)
+        calls it too, with a reading its engine checkpointed, so both keep evidence the same way.
+        """
+        body = contract.check_evidence(reading.response, run.incident)
+        # The previous release (workflow version 1) recorded neither decision inputs nor an assessment.
+        current = self.workflow_version >= 2
+        # The evidence row holds the bounded summary and a reference to the raw diagnostic,
+        # which is kept apart; both redacted before they are written (11_capacity_and_retention).
+        keep_evidence_txn(
+            self.conn, run.incident, contract.CONTRACT, body, reading.diagnostic, self.clock,
+            decision_inputs_of(self.provider) if current else None, record_assessment=current,
+        )
+        return advance_txn(self.conn, run, Step.EVIDENCE_RECORDED, self.clock)
 
     def complete(self, incident: str) -> Receipt:
         """Build the report from stored evidence and commit receipt and step together.

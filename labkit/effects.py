@@ -189,6 +189,16 @@ def _mark_txn(
     return Effect(effect.incident, effect.operation_key, effect.request, state, ticket, attempts, outcome, kept, at)
 
 
+def mark_done_txn(conn: sqlite3.Connection, effect: Effect, ticket: str, outcome: str, clock: Clock) -> Effect:
+    """Inside the caller's write transaction: the effect is done, as ``ticket`` (a done effect is left as it is).
+
+    For a workflow whose engine opened the ticket itself (the DBOS version, 14_choosing_an_engine).
+    """
+    if effect.state in ("done", "resolved"):
+        return effect
+    return _mark_txn(conn, effect, "done", clock, ticket=ticket, outcome=outcome)
+
+
 def ticket_request(report: Mapping[str, object]) -> dict[str, str]:
     """The ticket the incident's report asks for: built from the receipt, so every resend is identical."""
     return {"incident": str(report["incident"]), "title": str(report["headline"]), "summary": str(report["summary"])}

@@ -36,6 +36,18 @@ class LabError(Exception):
 
     exit_code: int
 
+    def __reduce__(self):
+        # Pickled whatever its __init__ takes: DBOS stores a failed step's error and rebuilds it in
+        # the process that waits for the workflow (14_choosing_an_engine); the default pickling would
+        # call __init__ with the message alone and fail with a TypeError that hides the real error.
+        return _rebuild, (type(self), self.args), self.__dict__
+
+
+def _rebuild(cls: type[LabError], args: tuple) -> LabError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    return error
+
 
 class BadInput(LabError):
     """Exit 2: retrying the same command cannot succeed; something must be changed first."""

@@ -46,6 +46,8 @@ from .clock import ManualClock
 from .coordinator import Coordinator
 from .crashpoints import BETWEEN_READ_AND_COMMIT, CRASH_POINTS, LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint, points
 from .database import read_transaction
+from .engines import INCIDENT, Engine
+from .engines import engine as engine_named
 from .errors import BadInput, LabError
 from .invariants import STATEMENTS, check_invariants
 from .naive import CRASH_BUGS, coordinator_class
@@ -55,8 +57,8 @@ from .steps import Step
 from .store import connect, connect_readonly, find_run_txn
 from .worker import LeasedWorker
 
-#: The incident every scenario drives: one run per database keeps each row of the table about one thing.
-INCIDENT = "INC-1003"
+# INCIDENT (from labkit.engines) is the incident every scenario drives: one run per database
+# keeps each row of the table about one thing.
 #: The invariants each flow is judged by; the others do not apply to it (shown as n/a, not as held).
 FLOW_INVARIANTS = {"run": (1, 2, 3, 4, 5, 6, 7, 8, 9), "work": (1, 2, 3, 4, 5, 6, 7, 10, 11)}
 INVARIANTS = tuple(sorted(STATEMENTS))
@@ -96,25 +98,32 @@ class Scenario:
     flow: str
     crash_points: tuple[str, ...]
     bug: str | None = None
+    engine: str = "labkit"             # or "dbos": the same run flow on DBOS Transact (labkit.engines)
+    system_url: str | None = None      # DBOS's system database on a PostgreSQL server, not in the scenario's folder
 
     @property
     def name(self) -> str:
         kills = " → ".join(self.crash_points)
         return f"{'leased ' if self.flow == 'work' else ''}{kills}"
 
+    def driver(self) -> Engine:
+        return engine_named(self.engine, system_url=self.system_url, bug=self.bug)
 
-def scenarios(*, pairs: bool = True, bug: str | None = None) -> list[Scenario]:
+
+def scenarios(*, pairs: bool = True, bug: str | None = None, engine: str = "labkit") -> list[Scenario]:
     """Every single crash, then (with ``pairs``) every ordered pair, per flow.
 
-    A broken variant (``bug``) is a coordinator, so it is explored in the ``run`` flow only.
+    A broken variant (``bug``) is a coordinator, so it is explored in the ``run`` flow only;
+    so is the ``dbos`` engine, which has no leases (DBOS has executor ids instead).
     """
+    engine_named(engine, bug=bug)  # an unknown engine, or a bug the engine cannot have, is refused here
     chosen = []
     for flow, reached in flow_points().items():
-        if bug is not None and flow != "run":
+        if (bug is not None or engine != "labkit") and flow != "run":
             continue
-        chosen += [Scenario(flow, (point,), bug) for point in reached]
+        chosen += [Scenario(flow, (point,), bug, engine) for point in reached]
         if pairs:
-            chosen += [Scenario(flow, (first, second), bug) for first in reached for second in reached]
+            chosen += [Scenario(flow, (first, second), bug, engine) for first in reached for second in reached]
     return chosen
 
 
@@ -135,7 +144,7 @@ class ChildEnd:
         return f"exit {self.code}" + (f" ({self.error})" if self.error else "")
 
 
-def _quiet(output: tuple[Path, Path] | None = None) -> None:
+def quiet_child(output: tuple[Path, Path] | None = None) -> None:
     """In a forked child: write nothing where the parent writes (a notebook kernel's streams).
 
     Standard output and error go to ``output``'s two files when given (files, not pipes: a
@@ -160,7 +169,7 @@ def in_child(work: Callable[[], object], *, kill_after: float | None = None, out
         os.close(read_end)
         code = 0
         try:
-            _quiet(output)
+            quiet_child(output)
             work()
         except SystemExit as leaving:  # the work's own exit code, as a started process would give
             code = leaving.code if isinstance(leaving.code, int) else 1
@@ -200,7 +209,7 @@ def ticket_service(store: Path, faults: Any = None) -> Iterator[str]:
     pid = os.fork()
     if pid == 0:
         try:
-            _quiet()
+            quiet_child()
             server.serve_forever()
         finally:
             os._exit(0)
@@ -245,6 +254,7 @@ class ScenarioResult:
         """One row of the explorer's table (and of ``explore --json``)."""
         return {
             "name": self.name,
+            "engine": self.scenario.engine,
             "flow": self.scenario.flow,
             "bug": self.scenario.bug,
             "crash_points": list(self.scenario.crash_points),
@@ -261,7 +271,7 @@ class ScenarioResult:
         }
 
 
-def _warm() -> None:
+def _warm(dbos: bool = False) -> None:
     """Build once, here, what every child would otherwise build for itself after the fork.
 
     The evidence contract's validator takes a moment to compile; made before the fork, every
@@ -270,17 +280,19 @@ def _warm() -> None:
     from . import tickets  # noqa: F401 - imports the HTTP client once
 
     contract._validator()
+    if dbos:
+        import dbos as _dbos  # noqa: F401 - a third of a second, once, instead of in every child
 
 
 def run_scenario(scenario: Scenario, folder: str | Path) -> ScenarioResult:
     """Play ``scenario`` in ``folder`` (made here, and must not exist) and check every invariant."""
-    _warm()
+    _warm(scenario.engine == "dbos")
     folder = Path(folder)
     folder.mkdir()
     db = folder / "lab.db"
     if scenario.flow == "run":
         with ticket_service(folder / "tickets.db") as url:
-            return _play_run(scenario, db, url)
+            return _play_run(scenario, folder, url)
     return _play_work(scenario, db)
 
 
@@ -289,15 +301,22 @@ def _expected_reads(ends: tuple[ChildEnd, ...], armed: tuple[str, ...]) -> int:
     return 1 + sum(end.killed and point in BETWEEN_READ_AND_COMMIT for end, point in zip(ends, armed, strict=True))
 
 
-def _play_run(scenario: Scenario, db: Path, url: str) -> ScenarioResult:
-    kind = coordinator_class(scenario.bug)
+def _play_run(scenario: Scenario, folder: Path, url: str) -> ScenarioResult:
+    driver = scenario.driver()
+    db = driver.db(folder)
     first, *rest = scenario.crash_points
-    ends = [in_child(lambda: _drive(db, CrashPlan(CrashPoint(first)), url, kind))]
+    ends = [in_child(lambda: driver.drive(folder, CrashPlan(CrashPoint(first)), url))]
     if rest:
-        ends.append(in_child(lambda: _recover(db, CrashPlan(CrashPoint(rest[0])), url, kind)))
-    final = _final_recovery(lambda: _recover(db, NO_CRASH, url, kind))
-    expected = _expected_reads(tuple(ends), scenario.crash_points)
-    results = check_invariants(db, call_log_for(db), {INCIDENT: expected}, _provider(db), tickets=url, coordinator_class=kind)
+        ends.append(in_child(lambda: driver.recover(folder, CrashPlan(CrashPoint(rest[0])), url)))
+    if driver.name == "labkit":
+        final = _final_recovery(lambda: _recover(db, NO_CRASH, url, driver.coordinator_class())[0])
+        again = None
+    else:  # DBOS starts in a process of its own, never in the explorer's (a notebook's kernel, with one worker)
+        final = str(in_child(lambda: driver.recover(folder, NO_CRASH, url)))
+        again = partial(driver.recovered_again, folder, url)
+    expected = driver.expected_reads(list(zip((end.killed for end in ends), scenario.crash_points, strict=False)))
+    results = check_invariants(db, call_log_for(db), {INCIDENT: expected}, _provider(db), tickets=url,
+                               coordinator_class=driver.coordinator_class(), recover_again=again)
     from .tickets import all_tickets
 
     return _result(scenario, tuple(ends), results, db, len(all_tickets(url)), final)
@@ -320,28 +339,31 @@ def _provider(db: Path) -> ReferenceProvider:
     return ReferenceProvider(call_log_for(db))
 
 
-def _drive(db: Path, crash: CrashPlan, tickets: str, kind: type[Coordinator]) -> None:
+def _drive(db: Path, crash: CrashPlan, tickets: str | None, kind: type[Coordinator], incident: str = INCIDENT) -> None:
     """What ``python -m labkit run --tickets URL`` does, in this process."""
     with closing(connect(db)) as conn:
-        kind(conn, _provider(db), crash=crash, tickets=tickets).drive(INCIDENT)
+        kind(conn, _provider(db), crash=crash, tickets=tickets).drive(incident)
 
 
-def _recover(db: Path, crash: CrashPlan, tickets: str, kind: type[Coordinator]) -> str:
-    """What ``python -m labkit recover --tickets URL`` does; raises on the first run it could not finish."""
+def _recover(db: Path, crash: CrashPlan, tickets: str | None, kind: type[Coordinator]) -> tuple[str, int]:
+    """What ``python -m labkit recover --tickets URL`` does: what it said, and how many runs it resumed.
+
+    Raises on the first run it could not finish.
+    """
     resumed = recover(db, _provider(db), crash=crash, tickets=tickets, coordinator_class=kind)
     for result in resumed:
         if result.error is not None:
             raise result.error
-    return "; ".join(result.outcome for result in resumed) or "nothing to recover"
+    return "; ".join(result.outcome for result in resumed) or "nothing to recover", len(resumed)
 
 
-def _restart(db: Path, crash: CrashPlan, tickets: str, kind: type[Coordinator]) -> str:
+def _restart(db: Path, crash: CrashPlan, tickets: str | None, kind: type[Coordinator], incident: str = INCIDENT) -> str:
     """What a supervisor does after a death: recover the runs there are; a run whose row never
     committed is not there to recover, so its command is simply given again."""
-    if _step(db) == "no run":
-        _drive(db, crash, tickets, kind)
+    if _step(db, incident) == "no run":
+        _drive(db, crash, tickets, kind, incident)
         return "ran it again: no run had been recorded"
-    return _recover(db, crash, tickets, kind)
+    return _recover(db, crash, tickets, kind)[0]
 
 
 def _lease_and_finish(db: Path, crash: CrashPlan, *, hours: int) -> str:
@@ -481,24 +503,29 @@ class Exploration:
 
 
 def explore(db_dir: str | Path, *, pairs: bool = True, bug: str | None = None, named: bool = True,
-            random_trials: int = 0, seed: int = 0, workers: int | None = None) -> Exploration:
+            random_trials: int = 0, seed: int = 0, workers: int | None = None, engine: str = "labkit") -> Exploration:
     """Run every scenario (and ``random_trials`` random kills) in folders under ``db_dir``.
 
     ``db_dir`` must be a new or empty folder: the explorer makes one folder per scenario and
     never reuses what an earlier exploration left. Scenarios share nothing, so ``workers``
     processes (default: :func:`default_workers`) play them side by side; the table is in scenario order
-    whatever finished first.
+    whatever finished first. ``engine="dbos"`` plays the run flow's scenarios on the DBOS version of
+    the workflow (:mod:`labkit.engines`), judged by the same invariants.
     """
     if bug is not None and bug not in CRASH_BUGS:
         coordinator_class(bug)  # an unknown name: the one-line UnknownBug
         raise BadExploreOption("--bug", f"{bug} breaks only under a race, which no crash reveals; explore one of {', '.join(CRASH_BUGS)}")
     if random_trials < 0:
         raise BadExploreOption("--random", f"a number of trials, 0 or more, not {random_trials}")
+    engine_named(engine, bug=bug)
+    if random_trials and engine != "labkit":
+        raise BadExploreOption("--random", "random kills judge a repeated read from labkit's run row, which a DBOS "
+                               "workflow records elsewhere; explore the dbos engine's named points instead")
     root = _fresh_folder(db_dir)
     started = time.perf_counter()
     exploration = Exploration()
     if named:
-        chosen = scenarios(pairs=pairs, bug=bug)
+        chosen = scenarios(pairs=pairs, bug=bug, engine=engine)
         tasks = [partial(run_scenario, scenario, root / f"{number:03d}") for number, scenario in enumerate(chosen, start=1)]
         exploration.results = in_parallel(tasks, root, workers=workers)
     if random_trials:
@@ -532,7 +559,7 @@ def in_parallel(tasks: Sequence[Callable[[], T]], folder: Path, *, workers: int 
         if pid == 0:
             code = 0
             try:
-                _quiet()
+                quiet_child()
                 outcome: object = [task() for task in tasks[number::count]]
             except BaseException as error:  # noqa: BLE001 - handed to the parent below
                 outcome, code = RuntimeError(f"an explorer worker stopped: {type(error).__name__}: {error}"), 1
@@ -686,11 +713,11 @@ def _random_trial(folder: Path, number: int, run_delay: float, recovery_delay: f
                  step_after, broken)
 
 
-def _step(db: Path) -> str:
+def _step(db: Path, incident: str = INCIDENT) -> str:
     """The run's recorded step, or ``no run`` when the process died before the run row committed."""
     try:
         with closing(connect_readonly(db)) as conn, read_transaction(conn):
-            run = find_run_txn(conn, INCIDENT)
+            run = find_run_txn(conn, incident)
     except LabError:  # no file yet, or killed while the schema was being made: nothing recorded
         return "no run"
     return "no run" if run is None else run.step.value

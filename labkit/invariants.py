@@ -31,6 +31,7 @@ The crash suite in ``tests/`` and 12_crash_explorer run every crash point throug
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,7 @@ STATEMENTS = {
 def check_invariants(
     db_path: str | Path, call_log: str | Path, expected_reads: dict[str, int], provider: ReadAdapter, tickets: str | None = None,
     *, leases: bool = False, coordinator_class: type[Coordinator] = Coordinator,
+    recover_again: Callable[[], int] | None = None,
 ) -> list[InvariantResult]:
     """Check all seven; ``expected_reads`` maps each incident to 1 + its reads that never committed.
 
@@ -83,7 +85,9 @@ def check_invariants(
     runs driven by the leased flow; there, which killed worker had read before it died is
     not in the rows, so 11 bounds the reads that 5 would need predicted. ``coordinator_class``
     is the recovery 7 runs again: a deliberately broken variant (:mod:`labkit.naive`) is
-    judged by its own second recovery (12_crash_explorer).
+    judged by its own second recovery (12_crash_explorer). ``recover_again`` replaces that
+    recovery with another engine's (it returns how many runs it resumed): the same checks
+    then judge the DBOS version of the workflow (:mod:`labkit.engines`, 14_choosing_an_engine).
     """
     log = CallLog(call_log)
     with closing(connect_readonly(db_path)) as conn, read_transaction(conn):
@@ -158,18 +162,21 @@ def check_invariants(
                 wrong_reads.append(f"{incident} read {read} times under {allowed} leases taken before its evidence")
         record(11, wrong_reads, "within the leases taken")
 
-    again = recover(db_path, provider, tickets=tickets, coordinator_class=coordinator_class)
-    # An effect left uncertain for a person is asked about by every recovery (a look-up that
-    # changes nothing): that is not work left undone, provided no row changed (checked below).
-    again = [r for r in again if not (r.error is None and r.effect is not None and r.effect.state == "uncertain"
-                                      and not r.read_provider and not r.completed)]
+    if recover_again is not None:
+        resumed = recover_again()
+    else:
+        again = recover(db_path, provider, tickets=tickets, coordinator_class=coordinator_class)
+        # An effect left uncertain for a person is asked about by every recovery (a look-up that
+        # changes nothing): that is not work left undone, provided no row changed (checked below).
+        resumed = len([r for r in again if not (r.error is None and r.effect is not None and r.effect.state == "uncertain"
+                                                and not r.read_provider and not r.completed)])
     with closing(connect_readonly(db_path)) as conn:
         after = snapshot(conn)
     changed = [table for table in before if before[table] != after[table]]
     new_calls = len(log.calls()) - calls_before
     record(
         7,
-        [f"{len(again)} runs resumed"] * bool(again)
+        [f"{resumed} runs resumed"] * bool(resumed)
         + [f"{table} changed" for table in changed]
         + [f"{new_calls} new provider calls"] * bool(new_calls),
         "no change",

@@ -1,0 +1,305 @@
+"""The incident workflow on DBOS Transact: the same read, evidence, receipt and ticket, driven by an existing engine.
+
+labkit's coordinator keeps its own state rows and decides from them what a restart must do.
+Here DBOS Transact does that part: a *workflow* made of *steps*, each step's output recorded
+in DBOS's system database when the step returns, and ``DBOS.launch()`` resuming, after a
+crash, every PENDING workflow from its first unrecorded step. Taught in 14_choosing_an_engine.
+
+What the engine gives, and what this module still adds itself:
+
+====================================  ==========================================================
+labkit                                DBOS Transact
+====================================  ==========================================================
+the run row and its step              the workflow's status row (PENDING, SUCCESS, ERROR) and
+                                      its recorded steps
+evidence committed with the step      the read step's output, recorded when the step returns:
+                                      earlier than labkit's commit, in another database
+the evidence contract                 nothing: ``check_evidence`` runs inside the read step, so
+                                      a refused answer is never recorded as its output
+the receipt table (one per run)       nothing: the same labkit tables, written by ordinary
+                                      steps; a step runs *at least* once (a crash after its
+                                      work, before DBOS records it, runs it again), so each
+                                      write must be idempotent, as labkit's are
+the operation key of the ticket       the workflow's own id, and the step's name
+recovery from the recorded step       ``DBOS.launch()``: the PENDING workflows of this executor
+                                      *and this application version*; other versions wait
+====================================  ==========================================================
+
+The business rows (run, evidence, assessment, receipt, effect) go into a labkit checkpoint
+database, ``lab.db``, through labkit's own transactions: DBOS keeps its workflow state in
+tables of its own, whose layout is its business, so the rows by which the outcome is judged
+must be the application's. That is what lets the same invariant code
+(:mod:`labkit.invariants`), the crash explorer and both scorecards of 13_evaluation read a
+DBOS run as they read a labkit one.
+
+The crash points are labkit's names, placed where they mean the same for the business rows.
+Two of them fall inside a step after its work, before DBOS has recorded it
+(``after_evidence_commit``, ``after_completion_commit``, ``after_send``): there the step runs
+again on recovery, and finds its work done. DBOS is imported only by this module, and only
+when it is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .contract import check_evidence
+from .coordinator import Coordinator
+from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
+from .database import read_transaction, transaction
+from .effects import TICKET_TIMEOUT, find_effect_txn, mark_done_txn, record_intent_txn, ticket_request
+from .errors import BadInput, RunFailure, UnknownIncident
+from .provider import Reading, ReferenceProvider, call_log_for, read_with_diagnostic
+from .receipts import find_receipt_txn
+from .steps import Step
+from .store import connect
+
+APP_NAME = "labkit-incidents"
+#: The application version a workflow is recorded under unless told otherwise. DBOS's own
+#: default is a digest of the workflow functions' source, so any edit makes a new version;
+#: the lab names its versions, so that a lesson can say which one it runs.
+DEFAULT_APP_VERSION = "incidents-1"
+#: How often a waiting caller asks whether a workflow has ended (DBOS's default is 1 s; the
+#: lab's runs take milliseconds). DBOS's own recovery queue is still polled once a second.
+RESULT_POLL_SECONDS = 0.02
+#: Environment variable naming a PostgreSQL server for DBOS's system database (the
+#: several-hosts path of 14_choosing_an_engine): ``postgresql://user@127.0.0.1:5432/db``.
+POSTGRES_ENV = "LABKIT_DBOS_POSTGRES_URL"
+
+
+class BadDbosUrl(BadInput):
+    def __init__(self, url: str, reason: str):
+        super().__init__(f"DBOS system database {url!r}: {reason}")
+
+
+class WorkflowFailed(RunFailure):
+    def __init__(self, incident: str, status: str, detail: str):
+        super().__init__(f"the DBOS workflow for {incident} ended {status}: {detail}")
+
+
+@dataclass(frozen=True)
+class Paths:
+    """Where one DBOS installation of the workflow keeps its files (or reaches its server)."""
+
+    folder: Path
+    system_url: str       # DBOS's own tables: workflows and their steps' outputs
+
+    @classmethod
+    def of(cls, folder: str | Path, system_url: str | None = None) -> Paths:
+        folder = Path(folder)
+        url = system_url or f"sqlite:///{folder / 'dbos-system.sqlite'}"
+        if not url.startswith(("sqlite:///", "postgresql://", "postgres://")):
+            raise BadDbosUrl(url, "give sqlite:///PATH or postgresql://USER@HOST:PORT/DATABASE")
+        return cls(folder, url)
+
+    @property
+    def db(self) -> Path:
+        """The labkit checkpoint database holding the business rows: what invariants and scorecards read."""
+        return self.folder / "lab.db"
+
+    @property
+    def call_log(self) -> Path:
+        return call_log_for(self.db)
+
+    @property
+    def system_db(self) -> Path | None:
+        return Path(self.system_url.removeprefix("sqlite:///")) if self.system_url.startswith("sqlite") else None
+
+
+def write_evidence_once(coordinator: Coordinator, incident: str, reading: Reading) -> str:
+    """The record_evidence step's work: keep the checkpointed reading as evidence, once; the step it leaves.
+
+    A DBOS step runs at least once: killed after this commit and before DBOS recorded the
+    step, it runs again on recovery. So it looks first, under the write lock, and a run
+    already past ``not_inspected`` is left as it is (Exercise 14.1 writes this function).
+    """
+    with transaction(coordinator.conn):
+        run = coordinator.load_txn(incident)
+        if run.step is not Step.NOT_INSPECTED:
+            return run.step.value  # this step ran before, and its process died before DBOS recorded it
+        coordinator.record_reading_txn(run, reading)
+        coordinator.crash.reached(CrashPoint.BEFORE_EVIDENCE_COMMIT, coordinator.conn)
+    return Step.EVIDENCE_RECORDED.value
+
+
+def ticket_key(workflow_id: str) -> str:
+    """The ticket's idempotency key: derived from the workflow's identity, the same on every replay."""
+    return "dbos-" + hashlib.sha256(f"open_ticket:{workflow_id}".encode()).hexdigest()[:16]
+
+
+class IncidentApp:
+    """DBOS configured and launched in this process, with the incident workflow registered.
+
+    DBOS is one instance per process: make one of these in a process of its own (the
+    explorer and the lesson fork one per run), use it, :meth:`close` it. Launching starts
+    recovering the PENDING workflows of ``executor_id`` recorded under ``app_version``, in
+    DBOS's own threads; :meth:`recover` waits for them. ``crash`` arms a crash point in this
+    process, as ``--crash-at`` does for labkit. ``write_evidence`` is the record_evidence
+    step's work (:func:`write_evidence_once`; a learner's own in Exercise 14.1).
+    """
+
+    def __init__(self, folder: str | Path, *, crash: CrashPlan = NO_CRASH, app_version: str = DEFAULT_APP_VERSION,
+                 executor_id: str = "local", system_url: str | None = None,
+                 write_evidence: Callable[[Coordinator, str, Reading], str] = write_evidence_once):
+        from dbos import DBOS, SetWorkflowID
+
+        self.paths = Paths.of(folder, system_url)
+        self.crash = crash
+        self.app_version = app_version
+        self.executor_id = executor_id
+        self.write_evidence = write_evidence
+        self.provider = ReferenceProvider(self.paths.call_log)
+        self._set_id = SetWorkflowID
+        self._dbos = DBOS
+        with closing(connect(self.paths.db)):  # labkit's schema, made or checked before DBOS starts
+            pass
+        DBOS(config={
+            "name": APP_NAME, "system_database_url": self.paths.system_url, "application_version": app_version,
+            "executor_id": executor_id, "log_level": "ERROR",
+            "notification_listener_polling_interval_sec": RESULT_POLL_SECONDS,
+        })
+        self.workflow = _register(DBOS, self)
+        DBOS.launch()
+
+    def coordinator(self, conn: Any) -> Coordinator:
+        return Coordinator(conn, self.provider, crash=self.crash)
+
+    # ----------------------------------------------------------------- using it
+
+    def run(self, incident: str, tickets: str | None = None) -> dict:
+        """Start (or join) the incident's workflow, whose id is the incident itself, and wait for its end.
+
+        An id the provider does not know is refused here, before DBOS records anything.
+        """
+        self.check_incident(incident)
+        with self._set_id(incident):
+            return self.workflow(incident, tickets)
+
+    def start(self, incident: str, tickets: str | None = None) -> Any:
+        """Start the incident's workflow in DBOS's threads and return its handle (a worker of several)."""
+        self.check_incident(incident)
+        with self._set_id(incident):
+            return self._dbos.start_workflow(self.workflow, incident, tickets)
+
+    def check_incident(self, incident: str) -> None:
+        known = self.provider.incidents()
+        if incident not in known:
+            raise UnknownIncident(incident, len(known))
+
+    def recover(self, executor_ids: list[str] | None = None) -> list[str]:
+        """Wait for the workflows being recovered; their ids.
+
+        With ``executor_ids``, this process also takes over the PENDING workflows those
+        executors left (a worker that died on another host). DBOS 3 recovers by putting each
+        workflow back on an internal queue, which its own thread polls once a second: a
+        recovery takes about that long even when the work takes milliseconds.
+        """
+        if executor_ids:
+            self._dbos._recover_pending_workflows(executor_ids)  # what DBOS Conductor asks a live executor to do
+        waiting = self._dbos.list_workflows(status=["PENDING", "ENQUEUED"], app_version=self.app_version)
+        for status in waiting:
+            handle: Any = self._dbos.retrieve_workflow(status.workflow_id)
+            handle.get_result(polling_interval_sec=RESULT_POLL_SECONDS)
+        return [status.workflow_id for status in waiting]
+
+    def close(self) -> None:
+        self._dbos.destroy(destroy_registry=True)
+
+
+def _register(DBOS: Any, app: IncidentApp) -> Any:
+    """Define the workflow and its steps for ``app``: DBOS registers them by name, once per process."""
+    db = app.paths.db
+
+    @DBOS.step(name="start_run")
+    def start_run(incident: str) -> str:
+        with closing(connect(db)) as conn:
+            return app.coordinator(conn).start(incident).step.value
+
+    @DBOS.step(name="read_diagnostic")
+    def read_diagnostic(incident: str) -> dict:
+        app.crash.reached(CrashPoint.BEFORE_READ)
+        reading = read_with_diagnostic(app.provider, incident)
+        app.crash.reached(CrashPoint.AFTER_READ)
+        check_evidence(reading.response, incident)  # the contract: a refused answer is never recorded as the output
+        return {"response": reading.response, "diagnostic": reading.diagnostic}
+
+    @DBOS.step(name="record_evidence")
+    def record_evidence(incident: str, reading: dict) -> str:
+        with closing(connect(db)) as conn:
+            step = app.write_evidence(app.coordinator(conn), incident, Reading(reading["response"], reading["diagnostic"]))
+            app.crash.reached(CrashPoint.AFTER_EVIDENCE_COMMIT, conn)  # committed; DBOS has not recorded the step
+        return step
+
+    @DBOS.step(name="complete_report")
+    def complete_report(incident: str) -> str:
+        with closing(connect(db)) as conn:
+            # labkit's completion: receipt and step in one commit, and a completed run's receipt
+            # returned with nothing written (so running this step again is harmless).
+            return app.coordinator(conn).complete(incident).receipt_id
+
+    @DBOS.step(name="open_ticket")
+    def open_ticket(incident: str, tickets: str) -> dict:
+        from .tickets import post_ticket
+
+        with closing(connect(db)) as conn, read_transaction(conn):
+            receipt = find_receipt_txn(conn, incident)
+        if receipt is None:
+            raise WorkflowFailed(incident, "PENDING", "no receipt to open a ticket for")
+        key, request = ticket_key(DBOS.workflow_id), ticket_request(receipt.report)
+        app.crash.reached(CrashPoint.BEFORE_SEND)
+        answer = post_ticket(tickets, key, request, TICKET_TIMEOUT)
+        app.crash.reached(CrashPoint.AFTER_SEND)  # answered; DBOS has not recorded the answer
+        if answer.outcome not in ("created", "replayed") or answer.ticket is None:
+            raise WorkflowFailed(incident, "PENDING", f"the ticket service answered {answer.outcome}: {answer.detail}")
+        return {"key": key, "request": request, "ticket": answer.ticket, "outcome": answer.outcome}
+
+    @DBOS.step(name="record_ticket")
+    def record_ticket(incident: str, sent: dict) -> str:
+        # DBOS needs no intent row: its record that open_ticket has not returned is the intent,
+        # and a replay sends again under the same key. The row is for the business outcome.
+        with closing(connect(db)) as conn, transaction(conn):
+            clock = app.coordinator(conn).clock
+            effect = find_effect_txn(conn, incident) or record_intent_txn(conn, incident, sent["key"], sent["request"], clock)
+            return mark_done_txn(conn, effect, sent["ticket"], sent["outcome"], clock).state
+
+    @DBOS.workflow(name="incident_workflow")
+    def incident_workflow(incident: str, tickets: str | None) -> dict:
+        start_run(incident)
+        reading = read_diagnostic(incident)
+        record_evidence(incident, reading)
+        receipt = complete_report(incident)
+        ticket = None
+        if tickets:
+            sent = open_ticket(incident, tickets)
+            record_ticket(incident, sent)
+            ticket = sent["ticket"]
+        return {"incident": incident, "receipt": receipt, "ticket": ticket}
+
+    return incident_workflow
+
+
+def workflows_of(folder: str | Path, system_url: str | None = None) -> list[dict[str, Any]]:
+    """Every workflow DBOS recorded: id, status, application version, executor, and its recorded steps.
+
+    Read with plain SQL from DBOS's ``workflow_status`` and ``operation_outputs`` tables, as an
+    operator would look; for a SQLite system database only.
+    """
+    import sqlite3
+
+    path = Paths.of(folder, system_url).system_db
+    if path is None or not path.exists():
+        return []
+    with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+        rows = conn.execute("SELECT workflow_uuid, status, application_version, executor_id, recovery_attempts"
+                            " FROM workflow_status ORDER BY workflow_uuid").fetchall()
+        steps = conn.execute("SELECT workflow_uuid, function_name FROM operation_outputs ORDER BY workflow_uuid, function_id").fetchall()
+    recorded: dict[str, list[str]] = {}
+    for workflow_id, name in steps:
+        recorded.setdefault(workflow_id, []).append(name)
+    return [{"workflow_id": r[0], "status": r[1], "app_version": r[2], "executor_id": r[3], "attempts": r[4],
+             "steps": recorded.get(r[0], [])} for r in rows]
