@@ -27,7 +27,8 @@ NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("
 #: Lessons 02 on each have at least one exercise, and one that builds (00 and 01 may too).
 MUST_BUILD = {"02_three_states", "03_durable_checkpoint", "04_rollback", "05_crash_and_reread", "06_single_receipt",
               "07_evidence_contract", "08_versioning", "09_external_effects",
-              "10_leases_and_fencing", "11_capacity_and_retention", "12_crash_explorer", "13_evaluation"}
+              "10_leases_and_fencing", "11_capacity_and_retention", "12_crash_explorer", "13_evaluation",
+              "14_choosing_an_engine"}
 FOLDED = re.compile(r"<details><summary>Solution</summary>\s*```python\n(.*?)```", re.DOTALL)
 
 

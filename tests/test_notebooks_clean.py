@@ -32,6 +32,7 @@ MAP = [
     "11_capacity_and_retention",
     "12_crash_explorer",
     "13_evaluation",
+    "14_choosing_an_engine",
 ]
 
 MACHINE_PATHS = re.compile(r"/tmp/|/root/|/home/[^/\s]+/|/work/|/Users/|C:\\\\?Users", re.IGNORECASE)

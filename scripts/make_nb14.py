@@ -1,0 +1,610 @@
+"""Build notebooks/14_choosing_an_engine.ipynb from the cell sources below (outputs empty).
+
+    python scripts/make_nb14.py
+    python scripts/run_notebooks.py notebooks/14_choosing_an_engine.ipynb   # execute it in place
+    python scripts/lesson_times.py --write notebooks/14_choosing_an_engine.ipynb
+
+The lesson is kept here as text, so that a review reads its prose and code as a diff, and the
+exercise's solution and shortcuts sit beside the cells that carry them in their metadata
+(tests/test_exercises.py applies both). Cell ids are derived from the cells' positions, so the
+same sources give the same file.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "notebooks" / "14_choosing_an_engine.ipynb"
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+
+SOLUTION = '''# ✏️ EDIT HERE: write the record_evidence step's work, then delete the last line to have it checked.
+def my_write_evidence(coordinator, incident, reading):
+    # DBOS runs a step at least once: this call may be the second, after a kill that came after the first one's commit.
+    # Return the step the run is at when you are done, as a string ("evidence_recorded").
+    with transaction(coordinator.conn):
+        run = coordinator.load_txn(incident)
+        if run.step is Step.NOT_INSPECTED:
+            run = coordinator.record_reading_txn(run, reading)
+        return run.step.value'''
+
+PLACEHOLDER = '''# ✏️ EDIT HERE: write the record_evidence step's work, then delete the last line to have it checked.
+def my_write_evidence(coordinator, incident, reading):
+    # DBOS runs a step at least once: this call may be the second, after a kill that came after the first one's commit.
+    # Return the step the run is at when you are done, as a string ("evidence_recorded").
+    ...
+
+
+my_write_evidence = None  # ✏️ delete this line to have the function above checked'''
+
+SHORTCUTS = [
+    'def my_write_evidence(coordinator, incident, reading):\n    return "evidence_recorded"',
+    "def my_write_evidence(coordinator, incident, reading):\n    ...",
+    # section 4's naive step: writes every time it runs
+    "def my_write_evidence(coordinator, incident, reading):  # writes every time it runs\n"
+    "    with transaction(coordinator.conn):\n"
+    "        run = coordinator.record_reading_txn(coordinator.load_txn(incident), reading)\n"
+    "    return run.step.value",
+    "def my_write_evidence(coordinator, incident, reading):  # looks, never writes\n"
+    "    with transaction(coordinator.conn):\n"
+    "        return coordinator.load_txn(incident).step.value",
+    "def my_write_evidence(coordinator, incident, reading):  # looks first, but outside a transaction\n"
+    "    run = coordinator.load_txn(incident)\n"
+    "    if run.step is Step.NOT_INSPECTED:\n"
+    "        coordinator.record_reading_txn(run, reading)\n"
+    '    return "evidence_recorded"',
+    "def my_write_evidence(coordinator, incident, reading):  # labkit's own\n"
+    "    return labkit.dbos_workflow.write_evidence_once(coordinator, incident, reading)",
+    "my_write_evidence = labkit.dbos_workflow.write_evidence_once",
+]
+
+#: Section 7's table, one tuple a row (Markdown needs a row on one line; the source keeps it readable).
+COMPARISON_HEADER = ('', 'labkit', 'DBOS Transact', 'Temporal', 'LangGraph checkpointer')
+COMPARISON = [
+    (
+        '**the durable unit**',
+        'a run row and its step; evidence, receipt and effect rows (§2)',
+        "a workflow: its status row and each step's recorded output (§2)",
+        "a Workflow Execution's event history, replayed to rebuild its state; workflow code must be "
+        'deterministic [T1]',
+        'a thread (`thread_id`) of checkpoints, one saved per super-step [L1]',
+    ),
+    (
+        '**a step and a business write in one commit**',
+        'yes: evidence and step, receipt and step (§3: no re-read past the evidence commit)',
+        'a plain step: no, its output is recorded after it returns (§4); a transaction on a datasource: '
+        'yes, output and business write commit together [D1]',
+        "no: an Activity's result is recorded by the service after it returns; Activities should be "
+        'idempotent [T2]',
+        'no shared commit with your database; the docs ask for deterministic, idempotent nodes with side '
+        'effects wrapped in tasks [L2]',
+    ),
+    (
+        '**idempotent starts and effects**',
+        'one run per incident; one receipt per run; a ticket under its operation key (§2)',
+        'the workflow id is the idempotency key (§2: id = incident) [D2]; effects need your own key (§2: '
+        '`dbos-…`)',
+        'at most one open execution per Workflow Id, with reuse and conflict policies [T3]; effects: '
+        'idempotent Activities [T2]',
+        'the thread id names the state; effects need your own keys and receipts',
+    ),
+    (
+        '**after a timeout**',
+        'a ticket send that timed out is `uncertain`, reconciled by key (09)',
+        'cancelling a workflow (by hand or by a timeout) takes effect at the start of its next step; a '
+        'running step is not interrupted [D3, D4]',
+        'an attempt past its Start-To-Close or Heartbeat Timeout fails and is retried by the Retry '
+        'Policy [T4]',
+        'no timeout in the checkpointer; a failed run resumes from its last checkpoint when invoked '
+        'again [L2]',
+    ),
+    (
+        '**versioning of in-flight runs**',
+        'refused: `WorkflowVersionMismatch`, explicit `migrate` (§5, 08)',
+        'recovery takes only workflows of its application version (§5); or patching with `DBOS.patch()` '
+        '[D5]',
+        'patching, or Worker Versioning that pins executions to a deployment [T5]',
+        'the persistence docs [L1] describe no version on a thread: plan it yourself',
+    ),
+    (
+        '**fencing of stale workers**',
+        'lease tokens checked inside each commit (10)',
+        'workflows are tagged with their executor; another executor recovers them only when told, and '
+        'each must be recovered once [D6]',
+        'the service dispatches tasks and records results; a timed-out attempt is retried, its side '
+        'effects are not undone [T4]',
+        'none described [L1]: keep one writer per thread yourself',
+    ),
+    (
+        '**retention**',
+        '`retain`: raw diagnostics dropped, unfinished runs kept (11)',
+        "Conductor's retention policies delete completed workflows by age or count [D7]",
+        "each Namespace's Retention Period for closed executions [T6]; archival beyond it [T7]",
+        'not covered by [L1]: delete old checkpoints yourself',
+    ),
+]
+
+#: Section 8's table.
+DECISION_HEADER = ('if the team says ...', 'look at', 'and still write yourself')
+DECISIONS = [
+    (
+        'one machine, a bounded local worker, runs of minutes, a few hundred a day',
+        'a labkit-style embedded state machine',
+        'everything: it is yours, and this lab is its test suite',
+    ),
+    (
+        'Python, PostgreSQL already run, "a library, not another server"',
+        'DBOS Transact',
+        'idempotent steps (14.1), the evidence contract, receipts, keys for external effects',
+    ),
+    (
+        'several languages, timers of days or weeks, many hosts, an operations team',
+        'Temporal',
+        'idempotent Activities and their keys, receipts, business rows for the scorecards',
+    ),
+    (
+        'an agent graph, human-in-the-loop, state per conversation thread',
+        'LangGraph with a checkpointer',
+        'idempotent effects with your own receipts, and one writer per thread',
+    ),
+]
+
+
+def markdown_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows])
+
+CELLS: list[tuple[str, str, dict]] = []
+
+
+def md(source: str) -> None:
+    CELLS.append(("markdown", source.strip("\n"), {}))
+
+
+def code(source: str, **metadata) -> None:
+    CELLS.append(("code", source.strip("\n"), metadata))
+
+
+md('''
+# 14 · Choosing an engine: the same workflow on DBOS Transact
+Reading 0 min · Exercises 0 min · Prerequisites: 08_versioning, 09_external_effects, 12_crash_explorer, 13_evaluation
+
+**Questions:** When should a team stop growing its own state machine and move to a workflow engine? On an
+engine, which of labkit's guarantees come for free, which change shape, and which must the team still write?
+
+**Objectives:** after this lesson you can
+
+1. run the incident workflow on labkit and on DBOS Transact and show the same business rows, and DBOS's own
+   record beside them (section 2);
+2. crash both at every point and say, from each engine's read window, where a read is repeated; show a DBOS
+   step running twice and staying harmless (sections 3, 4);
+3. write the idempotent record_evidence step that DBOS's at-least-once steps need (Exercise 14.1);
+4. show how DBOS treats a run of another application version, score both engines with one evaluation layer,
+   and choose an engine for a team from its questions (sections 5 to 8).
+''')
+
+code('''
+from contextlib import closing
+
+import pandas as pd
+
+import labkit
+from labkit import display, engines, explorer
+from labkit.crashpoints import NO_CRASH, CrashPlan, CrashPoint
+from labkit.database import transaction  # for Exercise 14.1
+from labkit.dbos_workflow import IncidentApp, workflows_of
+from labkit.provider import CallLog
+from labkit.steps import Step  # for Exercise 14.1
+
+ws = labkit.lesson.start("14")  # cell-order messages; each demonstration makes a folder of its own
+labkit.lesson.defined_by({"sides": "section 2's first cell", "found": "section 3's first cell", "runs": "section 3's first cell",
+                          "kill": "section 4's first cell", "my_write_evidence": "Exercise 14.1's answer cell"})
+pd.set_option("display.width", 120)
+pd.set_option("display.max_colwidth", None)
+INCIDENT = engines.INCIDENT  # INC-1003: a poison message, and a ticket for the on-call team
+
+
+def in_dbos(folder, work, **options):
+    """work(app) in a forked child that launches DBOS (one DBOS a process, never this kernel): how it ended, what it returned."""
+    said = folder / ".said.txt"
+    said.unlink(missing_ok=True)
+
+    def child():
+        app = IncidentApp(folder, **options)
+        try:
+            said.write_text(repr(work(app)))
+        finally:
+            app.close()
+
+    end = explorer.in_child(child, output=(folder / ".child.out", folder / ".child.err"))
+    return end, said.read_text() if said.exists() else "-"
+
+
+def business_rows(folder):
+    """What either engine left in FOLDER/lab.db (and the provider's log beside it), without times."""
+    db = folder / "lab.db"
+    effects = display.effects_frame(db)
+    return {"step": display.runs_frame(db)["step"].iloc[0], "evidence rows": len(display.evidence_frame(db)),
+            "moves": "→".join(display.transitions_frame(db)["to_step"]),
+            "receipt": ", ".join(display.receipts_frame(db)["receipt_id"]) or "-",
+            "ticket": ", ".join(f"{t} ({s})" for t, s in zip(effects["ticket"], effects["state"])) or "-",
+            "provider reads": CallLog(labkit.call_log_for(db)).reads_of(INCIDENT)}
+
+
+def dbos_record(folder):
+    """DBOS's own rows about the workflow, as an operator would read them (one line each)."""
+    return [f"{w['workflow_id']}: {w['status']}, app version {w['app_version']}, attempts {w['attempts']}, "
+            f"recorded steps: {', '.join(w['steps']) or '-'}" for w in workflows_of(folder)] or ["(no workflow recorded)"]
+''')
+
+md('''
+## 1. Why an engine, and when
+
+labkit is an embedded state machine: one SQLite file, one row per run, a coordinator that reads the row and
+does the next step. That suits a bounded local worker, and it let the lab show every guarantee in a row you
+can query. It does not stretch to timers that wait a week, thousands of runs in flight on several hosts,
+workers that come and go, or upgrades rolled out while runs are half way. Those justify a dedicated workflow
+platform, with its own scheduler, recovery and operations. A team that outgrows one machine should move to
+one, not grow labkit into a toy copy of it.
+
+Moving is safe only if the same business outcomes can still be judged: the same rows, the same invariants
+(12), the same two scorecards (13). So this lesson runs the *same* incident workflow on DBOS Transact, a
+Python library that keeps workflow state in a database (SQLite here, PostgreSQL in production), writes the
+business rows into the same labkit tables, and judges both engines with the same code.
+''')
+
+md('''
+## 2. The same workflow, two engines
+
+What each engine runs for INC-1003 (abridged; `labkit/coordinator.py` and `labkit/dbos_workflow.py`):
+
+```python
+# labkit: the coordinator reads its own run row and decides the next step
+def finish(self, incident):
+    from_step = self.start(incident).step    # the run row, not_inspected
+    _, read = self._inspect(incident)        # read; evidence + step in ONE commit (a no-op past not_inspected)
+    receipt, completed = self._complete(incident)   # receipt + step in one commit
+    ...                                      # drive() then opens the ticket under its operation key (09)
+```
+
+```python
+# DBOS: a workflow of steps; DBOS records each step's output when it returns, and replays from them
+@DBOS.workflow(name="incident_workflow")
+def incident_workflow(incident, tickets):
+    start_run(incident)                      # @DBOS.step: labkit's start
+    reading = read_diagnostic(incident)      # @DBOS.step: read + contract check; the OUTPUT is the checkpoint
+    record_evidence(incident, reading)       # @DBOS.step: write the evidence rows (write_evidence_once)
+    receipt = complete_report(incident)      # @DBOS.step: labkit's completion, receipt + step in one commit
+    if tickets:
+        sent = open_ticket(incident, tickets)    # @DBOS.step: key derived from the workflow id
+        record_ticket(incident, sent)
+```
+
+The workflow's id is the incident's id, so starting it twice joins the first. Each engine runs INC-1003 with
+a ticket service in a forked child, each in a folder of its own:
+''')
+
+code('''
+sides = {}
+for name in ("labkit", "dbos"):
+    folder = labkit.Workspace.create(f"14-{name}").folder  # this cell can run again
+    with explorer.ticket_service(folder / "tickets.db") as url:
+        end = explorer.in_child(lambda: engines.engine(name).drive(folder, NO_CRASH, url))
+    print(f"{name}: INC-1003 in a child process, {end}")
+    sides[name] = folder
+pd.DataFrame({name: business_rows(folder) for name, folder in sides.items()})
+''')
+
+md('''
+DBOS keeps a record of its own, in its system database beside `lab.db` (`dbos-system.sqlite`); labkit has
+none besides the run row:
+''')
+
+code('''
+print("\\n".join(dbos_record(sides["dbos"])))
+''')
+
+md('''
+**What to notice:** the same rows, the same receipt id (it is derived from the evidence), one ticket each.
+The ticket keys differ on purpose: labkit's comes from its effect row, DBOS's from the workflow id. DBOS's
+record says SUCCESS and names six recorded steps: that record, not the run row, is what DBOS resumes from.
+''')
+
+md('''
+## 3. Crash and recovery on both engines
+
+The crash explorer (12) kills INC-1003 at each of the nine points of the ticketed run, recovers with the
+engine's own recovery (`python -m labkit recover`, or a fresh process calling `DBOS.launch()`), and checks
+invariants 1 to 9 with the same code. Invariant 5 predicts the provider's reads from each engine's *read
+window*: the points where a kill loses a read the provider already answered. About ten seconds:
+''')
+
+code('''
+found = {name: labkit.explore(labkit.Workspace.create(f"14-explore-{name}").folder / "scenarios", pairs=False, engine=name)
+         for name in ("labkit", "dbos")}
+runs = {name: [r for r in exploration.results if r.scenario.flow == "run"] for name, exploration in found.items()}
+window = {name: engines.engine(name).read_window for name in runs}
+pd.concat({name: pd.DataFrame({"read window": [CrashPoint(r.name) in window[name] for r in results],
+                               "reads": [r.provider_reads for r in results],
+                               "all invariants held": [r.held for r in results]}, index=[r.name for r in results])
+           for name, results in runs.items()}, axis=1)
+''')
+
+code('''
+for name, results in runs.items():
+    twice = [r.name for r in results if r.provider_reads == 2]
+    print(f"{name}: every invariant held at all {len(results)} points: {all(r.held for r in results)}; read twice after a kill at {twice}")
+''')
+
+md('''
+**What to notice:** every invariant holds on both engines. The reads differ, and each engine's read window
+says where: labkit reads twice after a kill at `after_read` or `before_evidence_commit`, DBOS only at
+`after_read`. DBOS records the read step's output when the step returns, *before* labkit's evidence
+commit: a kill inside the evidence transaction no longer costs a read, because the recorded step output
+plays the part of labkit's evidence checkpoint. It is a checkpoint in another database, though, which the
+next section shows the price of.
+''')
+
+md('''
+## 4. A step runs at least once
+
+DBOS records a step after it returns. A process killed after the step's work and before that record runs the
+step *again* on recovery. Kill the DBOS run at `after_evidence_commit`, inside `record_evidence` after its
+commit, and recover it in a fresh process:
+''')
+
+code('''
+kill = CrashPlan(CrashPoint("after_evidence_commit"))
+again = labkit.Workspace.create("14-at-least-once").folder  # this cell can run again
+end, _ = in_dbos(again, lambda app: app.run(INCIDENT), crash=kill)
+print(f"run, killed at after_evidence_commit: {end}", *dbos_record(again), sep="\\n  ")
+end, resumed = in_dbos(again, lambda app: app.recover())
+print(f"recovery in a fresh process: {end}, resumed {resumed}", *dbos_record(again), sep="\\n  ")
+pd.DataFrame({"after recovery": business_rows(again)})
+''')
+
+md('''
+**What to notice:** after the kill DBOS had recorded `start_run` and `read_diagnostic` only; the recovery
+(attempt 2) ran `record_evidence` a second time, from the recorded reading, and yet there is one evidence row
+and one move to `evidence_recorded`. labkit's `write_evidence_once` looks first, under the write lock, and
+leaves a run already past `not_inspected` as it is. Here is a step that does not look:
+''')
+
+code('''
+def write_evidence_always(coordinator, incident, reading):  # the naive step: writes every time it runs
+    with transaction(coordinator.conn):
+        run = coordinator.record_reading_txn(coordinator.load_txn(incident), reading)
+    return run.step.value
+
+
+naive = labkit.Workspace.create("14-naive-step").folder  # this cell can run again
+end, _ = in_dbos(naive, lambda app: app.run(INCIDENT), crash=kill, write_evidence=write_evidence_always)
+print(f"run, killed at after_evidence_commit: {end}")
+end, _ = in_dbos(naive, lambda app: app.recover(), write_evidence=write_evidence_always)
+print(f"recovery: {end}", *dbos_record(naive), sep="\\n  ")
+pd.DataFrame({"after recovery": business_rows(naive)})
+''')
+
+md('''
+**What to notice:** the second run of the naive step hit the evidence table's primary key, the workflow ended
+ERROR, and no receipt was ever written. DBOS did what it promises; the step was not fit for it.
+
+What labkit gave for free and DBOS does not:
+
+- **the evidence contract**: nothing in DBOS plays its part. Here `check_evidence` runs inside the read step,
+  so a refused answer is never recorded as the step's output; leave it out, and DBOS would faithfully
+  checkpoint garbage;
+- **the receipt table and its one-per-run key**: nothing either. The receipt is the application's own table,
+  written by a step whose code must be idempotent (labkit's completion is);
+- **evidence and step in one commit**: only for a DBOS *transaction* on a datasource, which records its
+  output in the same database transaction as the business write (section 7). A plain step, as here, does not.
+''')
+
+md('''
+### Exercise 14.1 (10 min): an evidence step that runs at least once
+
+Write `my_write_evidence(coordinator, incident, reading)`, the record_evidence step's work, as DBOS calls it:
+`coordinator` is a labkit coordinator on the run's database (`coordinator.conn`, `coordinator.load_txn(incident)`,
+`coordinator.record_reading_txn(run, reading)`, which needs an open `transaction(coordinator.conn)`), and
+`reading` is the recorded output of the read step. Keep the reading as evidence and move the run to
+`evidence_recorded`, once: the same call may come a second time after a kill. Return the step the run is at,
+as a string. Write it yourself: the check refuses `labkit.dbos_workflow.write_evidence_once`.
+
+The check plugs your function into `IncidentApp(..., write_evidence=my_write_evidence)` in forked children:
+a clean run, then a run killed at `after_evidence_commit` and recovered, and compares the rows with those of
+labkit's own step. Correct: two `✓` lines, the second saying your step ran 2 times.
+''')
+
+code(PLACEHOLDER, builds=True, exercise="14.1", shortcuts=SHORTCUTS, solution=SOLUTION)
+
+code('''
+labkit.exercises.waiting_for("14.1", my_write_evidence=my_write_evidence)
+labkit.exercises.check_evidence_step(my_write_evidence)
+''', exercise_check="14.1", tags=["raises-exception"])
+
+md(f'''
+<details><summary>Solution</summary>
+
+```python
+{SOLUTION}
+```
+
+The look and the write share one write transaction: between reading the step and writing the evidence, no
+other process can write it first (06). The first run finds `not_inspected` and records; a replay after the
+kill finds `evidence_recorded` and writes nothing, so the step's second output is the same as the first would
+have been. Writing unconditionally is what section 4's naive step did; looking outside the transaction is
+refused by `record_reading_txn` itself (`NotInTransaction`).
+
+</details>
+''')
+
+md('''
+## 5. Versioning of in-flight runs
+
+A run killed under one release may be recovered by the next. labkit refuses a run written by another workflow
+version and asks for an explicit migration (08). DBOS tags each workflow with its *application version*, and
+a process recovers only the pending workflows of its own version. Kill a run under `incidents-1`, then start
+a process of `incidents-2`, then one of `incidents-1` again:
+''')
+
+code('''
+versions = labkit.Workspace.create("14-versions").folder  # this cell can run again
+end, _ = in_dbos(versions, lambda app: app.run(INCIDENT), crash=CrashPlan(CrashPoint("after_read")))
+print(f"incidents-1, killed at after_read: {end}", *dbos_record(versions), sep="\\n  ")
+for version in ("incidents-2", "incidents-1"):
+    end, resumed = in_dbos(versions, lambda app: app.recover(), app_version=version)
+    print(f"a process of {version} recovers {resumed}", *dbos_record(versions), sep="\\n  ")
+''')
+
+md('''
+labkit, for comparison: a run started by workflow version 1, driven by version 2:
+''')
+
+code('''
+old = labkit.Workspace.create("14-labkit-version")  # this cell can run again
+with closing(old.connect()) as conn:
+    old.coordinator(conn, workflow_version=1).start(INCIDENT)
+    try:
+        old.coordinator(conn).drive(INCIDENT)
+    except labkit.WorkflowVersionMismatch as refusal:
+        print(f"{type(refusal).__name__}: {refusal}")
+''')
+
+md('''
+**What to notice:** the `incidents-2` process recovered nothing and left the workflow PENDING; only a process
+of `incidents-1` picked it up (attempt 2). Neither engine lets new code silently reinterpret an old run: labkit
+refuses loudly, DBOS waits quietly. Waiting has a cost to plan for: keep some old-version processes running
+until their workflows drain, or use DBOS's patching (section 7). A run nobody of its version comes back for
+stays PENDING forever, and only an operator looking at DBOS's record would know.
+''')
+
+md('''
+## 6. One evaluation layer for both
+
+The business rows are labkit's tables in both folders, so 13's scorers read them unchanged: each clean run
+of section 2, with its ticket store, and each engine's nine crash scenarios of section 3
+(`recovery_from_scenarios` takes the explorer's rows as they are):
+''')
+
+code('''
+cards = {f"{name}, clean run": labkit.evaluate(folder / "lab.db", ticket_store=folder / "tickets.db") for name, folder in sides.items()}
+rows = [{"scored": name, "task": f"{card.task.correct} of {card.task.scored} right", **card.recovery.as_json()}
+        for name, card in cards.items()]
+for name, exploration in found.items():
+    scenarios = [row for row in exploration.as_json()["scenarios"] if row["flow"] == "run"]
+    rows.append({"scored": f"{name}, 9 crash scenarios", "task": "-", **labkit.recovery_from_scenarios(scenarios).as_json()})
+# "-": not measured (the explorer's rows do not carry an effect's state, and the card does not guess)
+shown = [{key: "-" if value is None else value for key, value in row.items()} for row in rows]
+pd.DataFrame(shown).set_index("scored").drop(columns="unfinished")
+''')
+
+md('''
+**What to notice:** the same columns from the same code, and the same verdicts: every run completed, no
+duplicate receipt, no duplicate ticket. The one number that differs, `rereads` (2 against 1), is section 3's
+read windows, measured by the scorecard without knowing which engine it scores. That is what makes a
+migration judgeable: the yardstick stays when the engine changes.
+''')
+
+md(f'''
+## 7. labkit, DBOS, Temporal, LangGraph: what each gives
+
+A cell marked with a section was shown above; the others say what the engine's documentation says, with the
+page (read them before relying on a cell: engines change).
+
+{markdown_table(COMPARISON_HEADER, COMPARISON)}
+
+[D1] https://docs.dbos.dev/python/reference/datasources ·
+[D2] https://docs.dbos.dev/python/tutorials/idempotency-tutorial ·
+[D3] https://docs.dbos.dev/conductor/reference/dbos-cloud/workflow-management ·
+[D4] https://docs.dbos.dev/production/retention (global timeout) ·
+[D5] https://docs.dbos.dev/python/tutorials/upgrading-workflows ·
+[D6] https://docs.dbos.dev/production/self-hosting/workflow-recovery ·
+[D7] https://docs.dbos.dev/production/retention ·
+[T1] https://docs.temporal.io/workflows ·
+[T2] https://docs.temporal.io/activity-definition ·
+[T3] https://docs.temporal.io/workflow-execution/workflowid-runid ·
+[T4] https://docs.temporal.io/encyclopedia/detecting-activity-failures ·
+[T5] https://docs.temporal.io/develop/python/workflows/versioning ·
+[T6] https://docs.temporal.io/self-hosted-guide/namespaces ·
+[T7] https://docs.temporal.io/temporal-service/archival ·
+[L1] https://langchain-ai.github.io/langgraph/concepts/persistence ·
+[L2] https://docs.langchain.com/oss/python/langgraph/durable-execution
+''')
+
+md(f'''
+## 8. A decision guide
+
+Start from the team's questions, not from the engine's feature list:
+
+{markdown_table(DECISION_HEADER, DECISIONS)}
+
+Whichever it is, keep the business rows in tables you own and keep the two scorecards of 13: section 6 showed
+they are what lets you compare the old engine with the new one, crash by crash.
+''')
+
+md('''
+## What you learned
+
+1. The same workflow on two engines leaves the same business rows; DBOS adds a record of its own.
+2. Every invariant held on both; the read is repeated exactly where each engine's read window says, and a DBOS
+   step killed after its commit runs again.
+3. You wrote the idempotent evidence step that makes running again harmless.
+4. DBOS waits for a process of the same version; one evaluation layer scores both engines; the team's questions
+   choose the engine.
+''')
+
+md('''
+**Next:** the lab ends here. Back to 00_setup_check's map, or to `make soak` for the long hostile checks.
+''')
+
+md('''
+## Further reading (optional)
+
+- DBOS, [Workflow recovery](https://docs.dbos.dev/production/self-hosting/workflow-recovery) and
+  [Workflows](https://docs.dbos.dev/python/tutorials/workflow-tutorial): what this lesson's `IncidentApp` relies on.
+- Temporal, [Workflows](https://docs.temporal.io/workflows) and
+  [Detecting Activity failures](https://docs.temporal.io/encyclopedia/detecting-activity-failures): replay, and the
+  timeouts that decide when an attempt is given up.
+- LangGraph, [Persistence](https://langchain-ai.github.io/langgraph/concepts/persistence) and
+  [Durable execution](https://docs.langchain.com/oss/python/langgraph/durable-execution): checkpoints per
+  super-step, threads, durability modes.
+''')
+
+
+def build() -> nbformat.NotebookNode:
+    notebook = nbformat.v4.new_notebook()
+    notebook.metadata["kernelspec"] = dict(KERNELSPEC)
+    notebook.metadata["language_info"] = {"name": "python"}
+    for index, (kind, source, metadata) in enumerate(CELLS):
+        cell = nbformat.v4.new_markdown_cell(source) if kind == "markdown" else nbformat.v4.new_code_cell(source)
+        cell.metadata.update(metadata)
+        cell.id = f"nb14-{index:02d}"
+        notebook.cells.append(cell)
+    nbformat.validate(notebook)
+    return notebook
+
+
+def _lesson_times():
+    """scripts/lesson_times.py, loaded as the tests load it (it is a script, not a module of labkit)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lesson_times", ROOT / "scripts" / "lesson_times.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["lesson_times"] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def main() -> int:
+    nbformat.write(build(), NOTEBOOK)
+    _lesson_times().write_header(NOTEBOOK)  # the measured minutes, not the placeholder's zeros
+    print(f"wrote {NOTEBOOK.relative_to(ROOT)} ({len(CELLS)} cells)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
