@@ -80,7 +80,7 @@ soak: $(STAMP)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_faults.py -q -k "fault1 or fault11"
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_work_pool.py -q -s -n 0 -k soak
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_explorer.py -q -s -n 0 -k soak
-	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_engines.py -q -s -n 0 -k pairs
+	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_engines.py -q -s -n 0 -k every_pair
 
 wheelhouse:
 	bash scripts/wheelhouse.sh $(KINDS)
