@@ -192,14 +192,19 @@ class Coordinator:
             self.crash.reached(CrashPoint.BEFORE_RECEIPT_WRITE, self.conn)
             report = build_report(evidence, assessment)
             receipt = issue_receipt_txn(self.conn, incident, self.workflow_version, report, self.clock)
-            if self.tickets is not None:
-                # The intent is part of completing: a run that is done locally always knows
-                # the action it still owes, even if the process dies before sending it.
-                record_intent_txn(self.conn, incident, operation_key(incident, self.workflow_version), ticket_request(report), self.clock)
-            advance_txn(self.conn, run, Step.REPORT_COMPLETED, self.clock)
-            self.crash.reached(CrashPoint.BEFORE_COMPLETION_COMMIT, self.conn)
+            self.mark_completed_txn(run, report)
         self.crash.reached(CrashPoint.AFTER_COMPLETION_COMMIT, self.conn)
         return receipt, True
+
+    def mark_completed_txn(self, run: Run, report: dict) -> None:
+        """Inside the caller's write transaction: the ticket's intent (with a ticket service) and the step to report_completed."""
+        if self.tickets is not None:
+            # The intent is part of completing: a run that is done locally always knows
+            # the action it still owes, even if the process dies before sending it.
+            key = operation_key(run.incident, self.workflow_version)
+            record_intent_txn(self.conn, run.incident, key, ticket_request(report), self.clock)
+        advance_txn(self.conn, run, Step.REPORT_COMPLETED, self.clock)
+        self.crash.reached(CrashPoint.BEFORE_COMPLETION_COMMIT, self.conn)
 
     def completion_inputs_txn(self, incident: str) -> Receipt | tuple[Run, Receipt | None, Evidence, Assessment | None]:
         """Inside the caller's write transaction: what completing ``incident`` starts from.

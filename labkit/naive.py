@@ -38,7 +38,7 @@ from .contract import CONTRACT, check_evidence
 from .coordinator import Coordinator, DriveResult
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import read_transaction, transaction
-from .effects import TICKET_TIMEOUT, Effect, EffectNotDone, find_effect_txn, open_ticket, operation_key, record_intent_txn, ticket_request
+from .effects import TICKET_TIMEOUT, Effect, EffectNotDone, find_effect_txn, open_ticket
 from .errors import InconsistentRun, StepOrderError, UnknownBug
 from .jsontext import canonical_json
 from .provider import ReadAdapter
@@ -140,11 +140,7 @@ class FreshReceiptIdCoordinator(Coordinator):
                 (incident, receipt.receipt_id, receipt.evidence_digest, canonical_json(report), receipt.issued_at),
             )
         with transaction(self.conn):  # ... and the step in a second commit
-            run = self.load_txn(incident)
-            if self.tickets is not None:
-                record_intent_txn(self.conn, incident, operation_key(incident, self.workflow_version), ticket_request(report), self.clock)
-            advance_txn(self.conn, run, Step.REPORT_COMPLETED, self.clock)
-            self.crash.reached(CrashPoint.BEFORE_COMPLETION_COMMIT, self.conn)
+            self.mark_completed_txn(self.load_txn(incident), report)
         self.crash.reached(CrashPoint.AFTER_COMPLETION_COMMIT, self.conn)
         return receipt, True
 
