@@ -29,134 +29,75 @@ and, for lessons: :mod:`labkit.naive` (deliberately broken variants that 04 and 
 (a lesson's own temporary database), :mod:`labkit.display` (pandas tables).
 """
 
-from .assessments import Assessment, reevaluate
-from .clock import ManualClock, SystemClock, TickingClock
-from .contract import CONTRACT, MAX_RESPONSE_BYTES, check_evidence
-from .coordinator import WORKFLOW_VERSION, Coordinator, DriveResult
-from .crashpoints import BETWEEN_READ_AND_COMMIT, CRASH_POINTS, EFFECT_POINTS, LEASE_POINTS, RUN_POINTS, CrashPlan, CrashPoint
-from .database import read_transaction, transaction, write_lock
-from .errors import (
-    BadClock,
-    BadDatabasePath,
-    BadInput,
-    BadSetting,
-    CorruptCallLog,
-    DatabaseDamaged,
-    DatabaseFolderMissing,
-    DatabaseMissing,
-    DatabaseUnavailable,
-    DataFolderMissing,
-    EvidenceRejected,
-    InconsistentRun,
-    InjectedFailure,
-    LabError,
-    NotADatabase,
-    NotALabDatabase,
-    NotARegularFile,
-    NotInTransaction,
-    ProviderUnavailable,
-    ReceiptConflict,
-    RuleViolation,
-    RunFailure,
-    SchemaVersionMismatch,
-    StaleTransition,
-    StepOrderError,
-    UnknownBug,
-    UnknownCrashPoint,
-    UnknownIncident,
-    UnknownRun,
-    WorkflowVersionMismatch,
-)
-from .invariants import check_invariants
-from .leases import (
-    FENCE,
-    BadLeaseSeconds,
-    Lease,
-    LeaseEnded,
-    LeaseExpired,
-    LeaseHeld,
-    NotLeaseHolder,
-    RunCompleted,
-    StaleLease,
-    claim,
-    lease_log,
-    release,
-    renew,
-)
-from .processes import PausedRun, labkit_cli, race, run_in_child
-from .provider import (
-    CallLog,
-    ReadAdapter,
-    Reading,
-    ReferenceProvider,
-    RulesInputMissing,
-    UnknownRulesRevision,
-    assess,
-    call_log_for,
-    diagnose,
-    list_incidents,
-    read_with_diagnostic,
-)
-from .receipts import Receipt
-from .recovery import Resumed, recover
-from .redaction import Redacted, Redaction, redact
-from .retention import Diagnostic, RetentionReport, diagnostic_of, retain
-from .status import status_of
-from .steps import Step
-from .store import SCHEMA_VERSION, Evidence, Run, connect, connect_readonly
-from .versioning import SUPPORTED_VERSIONS, Migration, MigrationRefused, UnsupportedVersion, migrate, migration_log
-from .worker import LeasedWorker
-from .workspace import Workspace
+import importlib
 
 __version__ = "0.1.0"
 
-#: Names exported from modules loaded on first use (12_crash_explorer, 13_evaluation).
-_LAZY = {
-    "Evaluation": "evaluation", "RecoveryScore": "evaluation", "TaskScore": "evaluation", "evaluate": "evaluation",
-    "recovery_from_scenarios": "evaluation", "Exploration": "explorer", "explore": "explorer", "random_kills": "explorer",
+# Every public name, by the module that defines it. Nothing is imported until a name is first
+# used (PEP 562): ``python -m labkit`` then imports only what its command needs, and a Ctrl-C
+# during those imports lands inside the entry point's handler (labkit/__main__.py), not in a
+# traceback from this file.
+_PUBLIC: dict[str, tuple[str, ...]] = {
+    "assessments": ("Assessment", "reevaluate"),
+    "clock": ("ManualClock", "SystemClock", "TickingClock"),
+    "contract": ("CONTRACT", "MAX_RESPONSE_BYTES", "check_evidence"),
+    "coordinator": ("WORKFLOW_VERSION", "Coordinator", "DriveResult"),
+    "crashpoints": (
+        "BETWEEN_READ_AND_COMMIT", "CRASH_POINTS", "EFFECT_POINTS", "LEASE_POINTS", "RUN_POINTS", "CrashPlan", "CrashPoint",
+    ),
+    "database": ("read_transaction", "transaction", "write_lock"),
+    "errors": (
+        "BadClock", "BadDatabasePath", "BadInput", "BadSetting", "CorruptCallLog", "DatabaseDamaged",
+        "DatabaseFolderMissing", "DatabaseMissing", "DatabaseUnavailable", "DataFolderMissing", "EvidenceRejected",
+        "InconsistentRun", "InjectedFailure", "LabError", "NotADatabase", "NotALabDatabase", "NotARegularFile",
+        "NotInTransaction", "ProviderUnavailable", "ReceiptConflict", "RuleViolation", "RunFailure",
+        "SchemaVersionMismatch", "StaleTransition", "StepOrderError", "UnknownBug", "UnknownCrashPoint",
+        "UnknownIncident", "UnknownRun", "WorkflowVersionMismatch",
+    ),
+    "evaluation": ("Evaluation", "RecoveryScore", "TaskScore", "evaluate", "recovery_from_scenarios"),
+    "explorer": ("Exploration", "explore", "random_kills"),
+    "invariants": ("check_invariants",),
+    "leases": (
+        "FENCE", "BadLeaseSeconds", "Lease", "LeaseEnded", "LeaseExpired", "LeaseHeld", "NotLeaseHolder",
+        "RunCompleted", "StaleLease", "claim", "lease_log", "release", "renew",
+    ),
+    "processes": ("PausedRun", "labkit_cli", "race", "run_in_child"),
+    "provider": (
+        "CallLog", "ReadAdapter", "Reading", "ReferenceProvider", "RulesInputMissing", "UnknownRulesRevision",
+        "assess", "call_log_for", "diagnose", "list_incidents", "read_with_diagnostic",
+    ),
+    "receipts": ("Receipt",),
+    "recovery": ("Resumed", "recover"),
+    "redaction": ("Redacted", "Redaction", "redact"),
+    "retention": ("Diagnostic", "RetentionReport", "diagnostic_of", "retain"),
+    "status": ("status_of",),
+    "steps": ("Step",),
+    "store": ("SCHEMA_VERSION", "Evidence", "Run", "connect", "connect_readonly"),
+    "versioning": ("SUPPORTED_VERSIONS", "Migration", "MigrationRefused", "UnsupportedVersion", "migrate", "migration_log"),
+    "worker": ("LeasedWorker",),
+    "workspace": ("Workspace",),
 }
+_MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}
 
 
 def __getattr__(name: str):
-    # `labkit.display` needs pandas, which takes a while to import; load it on first use so
-    # `python -m labkit` child processes start fast, while `labkit.display.runs_frame` still works.
-    # The lesson helpers load the same way.
-    if name in ("display", "lesson", "exercises", "capacity", "explorer", "evaluation"):
-        import importlib
+    module = _MODULE_OF.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f".{module}", __name__), name)
+        globals()[name] = value  # found once; later look-ups never reach this function
+        return value
+    # A submodule not imported yet (``labkit.display.runs_frame``, ``labkit.leases.FENCE``).
+    if not name.startswith("_"):
+        try:
+            return importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":  # the submodule exists; something it needs does not
+                raise
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-        return importlib.import_module(f".{name}", __name__)
-    if name in _LAZY:  # the explorer and the scorecards: a command-line child needs neither
-        import importlib
 
-        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
-    raise AttributeError(f"module 'labkit' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_MODULE_OF))
 
-__all__ = [
-    "BETWEEN_READ_AND_COMMIT", "CONTRACT", "CRASH_POINTS", "EFFECT_POINTS", "RUN_POINTS", "MAX_RESPONSE_BYTES",
-    "SCHEMA_VERSION", "WORKFLOW_VERSION",
-    # the workflow
-    "CallLog", "Coordinator", "CrashPlan", "CrashPoint", "DriveResult", "Evidence", "ReadAdapter", "Receipt",
-    "ReferenceProvider", "Resumed", "Run", "Step", "SystemClock", "TickingClock",
-    "assess", "call_log_for", "check_evidence", "check_invariants", "connect", "connect_readonly", "diagnose", "list_incidents",
-    "read_transaction", "recover", "status_of", "transaction", "write_lock",
-    # versions: of the workflow (migrate) and of the decision inputs (reevaluate)
-    "Assessment", "Migration", "SUPPORTED_VERSIONS", "migrate", "migration_log", "reevaluate",
-    # for lessons
-    "PausedRun", "Workspace", "labkit_cli", "race", "run_in_child",
-    # leases and fencing (10): the leased flow beside the reference one
-    "FENCE", "LEASE_POINTS", "Lease", "LeasedWorker", "ManualClock", "claim", "lease_log", "release", "renew",
-    "BadLeaseSeconds", "LeaseEnded", "LeaseExpired", "LeaseHeld", "NotLeaseHolder", "RunCompleted", "StaleLease",
-    # bounded evidence, redaction and retention (11)
-    "Diagnostic", "Reading", "Redacted", "Redaction", "RetentionReport", "diagnostic_of", "read_with_diagnostic", "redact", "retain",
-    # errors: two families under LabError, and the one programming error
-    "LabError", "BadInput", "RunFailure", "NotInTransaction", "BadSetting",
-    "BadClock", "BadDatabasePath", "CorruptCallLog", "DataFolderMissing", "DatabaseDamaged", "DatabaseFolderMissing",
-    "DatabaseMissing", "EvidenceRejected", "InconsistentRun", "NotADatabase", "NotALabDatabase", "NotARegularFile",
-    "ReceiptConflict", "RuleViolation", "SchemaVersionMismatch", "StepOrderError", "UnknownBug", "UnknownCrashPoint",
-    "UnknownIncident", "UnknownRun", "WorkflowVersionMismatch", "MigrationRefused", "UnsupportedVersion",
-    "RulesInputMissing", "UnknownRulesRevision",
-    "DatabaseUnavailable", "InjectedFailure", "ProviderUnavailable", "StaleTransition",
-    # the evaluation layer (13): two scorecards, scored apart
-    "Evaluation", "RecoveryScore", "TaskScore", "evaluate", "recovery_from_scenarios",
-    "Exploration", "explore", "random_kills",
-]
+
+__all__ = sorted(_MODULE_OF)

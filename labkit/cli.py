@@ -240,10 +240,6 @@ def main(argv: list[str] | None = None) -> int:
         where = f": {shown(error.filename, 200)}" if error.filename else ""
         print(f"labkit: failed: {error.strerror or error}{where}", file=sys.stderr)
         return EXIT_BAD_INPUT if error.errno == errno.ENAMETOOLONG else EXIT_FAILURE
-    except KeyboardInterrupt:
-        # The transaction that was open has rolled back; what was committed stays.
-        print("labkit: interrupted; nothing half-written is kept", file=sys.stderr)
-        return 130
 
 
 def _report(error: LabError) -> int:

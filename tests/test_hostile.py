@@ -157,24 +157,6 @@ def test_a_hard_linked_database_is_refused(lab, cli, refused):
     refused(cli("recover", "--db", lab.db), "hard links")
 
 
-def test_ctrl_c_rolls_back_and_says_so_in_one_line(lab):
-    child = subprocess.Popen(
-        [sys.executable, "-m", "labkit", "run", "--db", str(lab.db), "--incident", INC, "--pause-at", "before_evidence_commit"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
-    )
-    assert child.stdout is not None
-    for line in child.stdout:
-        if line.startswith("paused at"):
-            break
-    child.send_signal(signal.SIGINT)
-    child.wait(timeout=60)  # stdin stays open: its end would also let the paused run go on
-    assert child.stderr is not None
-    stderr = child.stderr.read()
-    assert child.returncode == 130 and stderr.splitlines() == ["labkit: interrupted; nothing half-written is kept"], stderr
-    answers = labkit.lesson.restart_answers(lab.db, INC)
-    assert (answers.step, answers.evidence) == ("not_inspected", False), "the open transaction rolled back"
-
-
 def test_status_of_an_empty_file_says_it_is_empty(db, cli, refused):
     db.touch()
     refused(cli("status", "--db", db), "it is empty")

@@ -1,0 +1,170 @@
+"""Ctrl-C: at any moment of a paused or running ``run``, one line, exit 130, nothing half-written.
+
+A person pressing Ctrl-C sends SIGINT to a program their shell started in the foreground,
+with SIGINT at its default disposition. Every child here is started that way, whatever the
+test runner inherited: a background job of a non-interactive shell (``make test &`` in a
+script, some CI runners) starts with SIGINT *ignored*, and a child inherits that, so a
+paused run would ignore the signal and wait for its input forever. That was the cause of
+the hang reported in issue 25 (`test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it`
+shows it), not a race in labkit's signal set-up: Python installs its handler before any
+labkit code runs.
+
+The moments a Ctrl-C can land are forced, not left to the scheduler: a crash point in
+``pause`` mode holds the run inside its open transaction, and ``interrupt_hooks/`` holds
+the process while it imports the command's modules and after the command has returned.
+
+Time limits: every wait below is for a process that has already been told to stop, or for a
+whole run (about 0.3 s of work on a quiet machine). The limits are 30 s and more, a
+hundredfold margin, so they hold with three CPU burners per core beside the suite
+(``make test-under-load``); they only bound how long a broken labkit takes to fail.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+import labkit
+from labkit.processes import child_env
+
+INC = "INC-1001"
+INTERRUPTED = ["labkit: interrupted; nothing half-written is kept"]
+HOOKS = Path(__file__).parent / "interrupt_hooks"
+
+# What a shell does before it runs a command in the foreground: SIGINT back to its default,
+# then exec. The labkit process that replaces this one installs Python's own handler.
+_FOREGROUND = (
+    "import os, signal, sys;"
+    "signal.signal(signal.SIGINT, signal.SIG_DFL);"
+    "os.execv(sys.executable, [sys.executable, '-m', 'labkit', *sys.argv[1:]])"
+)
+# What a non-interactive shell does for a background job: SIGINT ignored, then exec.
+_BACKGROUND = _FOREGROUND.replace("signal.SIG_DFL", "signal.SIG_IGN")
+
+
+def start(*args: str | Path, hold: str = "", launch: str = _FOREGROUND) -> subprocess.Popen[str]:
+    """``python -m labkit ARGS`` as a shell would start it, optionally held at a moment."""
+    extra = {"LABKIT_TEST_HOLD": hold} if hold else {}
+    env = child_env(extra)
+    if hold:
+        env["PYTHONPATH"] = os.pathsep.join((str(HOOKS), env["PYTHONPATH"]))
+    return subprocess.Popen(
+        [sys.executable, "-c", launch, *map(str, args)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )
+
+
+def wait_for(stream, prefix: str) -> list[str]:
+    """Lines of ``stream`` up to and including the first that starts with ``prefix``."""
+    seen = []
+    for line in stream:
+        seen.append(line)
+        if line.startswith(prefix):
+            return seen
+    raise AssertionError(f"the child ended without printing {prefix!r}: {seen}")
+
+
+def interrupt(child: subprocess.Popen[str]) -> tuple[int, list[str]]:
+    """Send SIGINT; the child must end on it (stdin stays open: its end would let a held run go on)."""
+    child.send_signal(signal.SIGINT)
+    try:
+        child.wait(timeout=30)  # not communicate(): it would close stdin, which lets a paused run go on
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.communicate()
+        raise AssertionError("the child was still running 30 s after its SIGINT") from None
+    return child.returncode, said(child)
+
+
+def said(child: subprocess.Popen[str]) -> list[str]:
+    """The rest of the child's stderr, without the hooks' own ``held at`` lines."""
+    return [line for line in child.stderr.read().splitlines() if not line.startswith("held at")]
+
+
+def run_state(db: Path) -> tuple[str | None, int, int]:
+    """(step, evidence rows, receipts) of INC's run, read with plain sqlite3, never written.
+
+    A Ctrl-C between creating the file and committing its schema leaves an empty SQLite
+    file: (None, 0, 0) like no file at all, and the next ``run`` takes it (checked below).
+    """
+    if not db.exists():
+        return (None, 0, 0)
+    with closing(sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        if conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'runs'").fetchone()[0] == 0:
+            return (None, 0, 0)
+        row = conn.execute("SELECT step FROM runs WHERE incident = ?", (INC,)).fetchone()
+        evidence = conn.execute("SELECT count(*) FROM evidence").fetchone()[0]
+        receipts = conn.execute("SELECT count(*) FROM receipts").fetchone()[0]
+    return (row[0] if row else None, evidence, receipts)
+
+
+def test_ctrl_c_while_paused_in_the_open_transaction_rolls_back_in_one_line(lab):
+    child = start("run", "--db", lab.db, "--incident", INC, "--pause-at", "before_evidence_commit")
+    wait_for(child.stdout, "paused at")
+    assert interrupt(child) == (130, INTERRUPTED)
+    answers = labkit.lesson.restart_answers(lab.db, INC)
+    assert (answers.step, answers.evidence) == ("not_inspected", False), "the open transaction rolled back"
+
+
+def test_ctrl_c_while_the_command_imports_its_modules_is_one_line_and_creates_nothing(lab):
+    child = start("run", "--db", lab.db, "--incident", INC, hold="importing")
+    wait_for(child.stderr, "held at importing")
+    assert interrupt(child) == (130, INTERRUPTED)
+    assert not lab.db.exists()
+
+
+def test_ctrl_c_after_the_command_finished_keeps_what_it_committed(lab):
+    child = start("run", "--db", lab.db, "--incident", INC, hold="finished")
+    wait_for(child.stderr, "held at finished")
+    assert interrupt(child) == (130, INTERRUPTED)
+    assert run_state(lab.db) == ("report_completed", 1, 1), "a finished run is not undone"
+
+
+def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it(lab):
+    """The convention every program follows (shells rely on it for background jobs)."""
+    child = start("run", "--db", lab.db, "--incident", INC, "--pause-at", "before_evidence_commit", launch=_BACKGROUND)
+    wait_for(child.stdout, "paused at")
+    child.send_signal(signal.SIGINT)
+    # The SIGINT is delivered by the time send_signal returns; an ignored one leaves the run
+    # paused, and the end of its input lets it go on to the end.
+    stdout, stderr = child.communicate("\n", timeout=60)
+    assert (child.returncode, stderr) == (0, ""), stderr
+    assert run_state(lab.db) == ("report_completed", 1, 1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ctrl_c_at_a_random_moment_of_a_run_ends_it_in_one_line_or_lets_it_finish(tmp_path, seed):
+    """Whenever it lands, the database is whole and a second ``run`` finishes the incident."""
+    rng = random.Random(seed)
+    for trial in range(4):
+        db = tmp_path / f"lab-{trial}.db"
+        # From the moment the entry point starts importing the command: before it (about
+        # 25 ms of interpreter start-up) Python itself answers a SIGINT, silently or with a
+        # traceback, and nothing has been opened.
+        child = start("run", "--db", db, "--incident", INC, hold="entered")
+        wait_for(child.stderr, "held at entered")
+        # A run takes about 0.3 s here (more under load): most delays land inside it.
+        delay = rng.uniform(0, 0.4)
+        try:
+            child.wait(timeout=delay)
+        except subprocess.TimeoutExpired:
+            pass
+        if child.returncode is None:
+            code, stderr = interrupt(child)
+        else:
+            code, stderr = child.returncode, said(child)
+        assert (code, stderr) in ((0, []), (130, INTERRUPTED)), (delay, code, stderr)
+        state = run_state(db)
+        assert state in ((None, 0, 0), ("not_inspected", 0, 0), ("evidence_recorded", 1, 0), ("report_completed", 1, 1))
+        again = labkit.labkit_cli("run", "--db", db, "--incident", INC)
+        assert again.returncode == 0, again.stderr
+        assert run_state(db) == ("report_completed", 1, 1)
