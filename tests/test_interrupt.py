@@ -27,6 +27,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from contextlib import closing
 from pathlib import Path
 
@@ -50,10 +51,11 @@ _FOREGROUND = (
 _BACKGROUND = _FOREGROUND.replace("signal.SIG_DFL", "signal.SIG_IGN")
 
 
-def start(*args: str | Path, hold: str = "", launch: str = _FOREGROUND) -> subprocess.Popen[str]:
+def start(
+    *args: str | Path, hold: str = "", launch: str = _FOREGROUND, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     """``python -m labkit ARGS`` as a shell would start it, optionally held at a moment."""
-    extra = {"LABKIT_TEST_HOLD": hold} if hold else {}
-    env = child_env(extra)
+    env = child_env({**(env or {}), **({"LABKIT_TEST_HOLD": hold} if hold else {})})
     if hold:
         env["PYTHONPATH"] = os.pathsep.join((str(HOOKS), env["PYTHONPATH"]))
     return subprocess.Popen(
@@ -168,3 +170,23 @@ def test_ctrl_c_at_a_random_moment_of_a_run_ends_it_in_one_line_or_lets_it_finis
         again = labkit.labkit_cli("run", "--db", db, "--incident", INC)
         assert again.returncode == 0, again.stderr
         assert run_state(db) == ("report_completed", 1, 1)
+
+
+def test_ctrl_c_while_waiting_for_another_writer_does_not_wait_out_the_busy_timeout(lab):
+    """SQLite waits up to the busy timeout for the write lock; a Ctrl-C ends that wait."""
+    holder = start("run", "--db", lab.db, "--incident", INC, "--pause-at", "before_evidence_commit")
+    assert "holding the write lock" in wait_for(holder.stdout, "paused at")[-1]
+    waiter = start("run", "--db", lab.db, "--incident", "INC-1002", hold="entered", env={"LABKIT_BUSY_TIMEOUT_MS": "60000"})
+    wait_for(waiter.stderr, "held at entered")
+    try:
+        # About 0.3 s from here to the wait on a quiet machine; if load keeps the waiter from
+        # reaching it in 2 s, the SIGINT lands earlier and the test still passes, proving less.
+        time.sleep(2)
+        started = time.monotonic()
+        assert interrupt(waiter) == (130, INTERRUPTED)
+        # The busy timeout below is 60 s: ending before half of it means the wait was cut short.
+        assert time.monotonic() - started < 30
+    finally:
+        holder.communicate("\n", timeout=60)
+    assert holder.returncode == 0
+    assert run_state(lab.db) == ("report_completed", 1, 1), "the holder's run finished untouched"
