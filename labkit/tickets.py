@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import errno
-import hashlib
 import json
 import os
 import queue
@@ -61,7 +60,7 @@ from . import store as checkpoint_store
 from .clock import Clock, clock_from_env
 from .database import check_path, open_database, quick_check, read_transaction, schema_made_by, set_wal, transaction, translate
 from .errors import BadInput, DatabaseUnavailable, LabError, RunFailure, shown
-from .jsontext import JsonProblem, canonical_json, strict_loads
+from .jsontext import JsonProblem, canonical_json, sha256_hex, strict_loads
 from .processes import child_env
 
 if TYPE_CHECKING:  # httpx is imported where a request is made: `run` children that open no ticket never pay for it
@@ -211,7 +210,7 @@ def store_rows(path: str | Path) -> list[dict[str, Any]]:
 
 def request_digest(request: Mapping[str, object]) -> str:
     """The request's fingerprint: sha256 of its canonical JSON (the draft's "checksum of the entire payload")."""
-    return hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
+    return sha256_hex(canonical_json(request))
 
 
 # --------------------------------------------------------------------------- the HTTP server
