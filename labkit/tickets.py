@@ -59,7 +59,7 @@ from urllib.parse import parse_qs, urlsplit
 from . import store as checkpoint_store
 from .clock import Clock, clock_from_env
 from .database import check_path, open_database, quick_check, read_transaction, schema_made_by, set_wal, transaction, translate
-from .errors import BadInput, DatabaseUnavailable, LabError, RunFailure, shown
+from .errors import BadInput, DatabaseUnavailable, LabError, RunFailure, one_line, shown
 from .jsontext import JsonProblem, canonical_json, sha256_hex, strict_loads
 from .processes import child_env
 
@@ -276,7 +276,7 @@ class TicketServer(ThreadingHTTPServer):
         error = sys.exc_info()[1]
         if isinstance(error, ConnectionError | TimeoutError):
             return
-        print(f"ticket service: {type(error).__name__}: {' '.join(str(error).splitlines())}", file=sys.stderr, flush=True)
+        print(f"ticket service: {type(error).__name__}: {one_line(error)}", file=sys.stderr, flush=True)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -325,7 +325,7 @@ class _Handler(BaseHTTPRequestHandler):
         except _Problem as problem:
             self._send_problem(problem)
         except (sqlite3.Error, LabError) as error:  # a GET that could not read the store
-            self._send_problem(_Problem(503, "Service Unavailable", f"cannot read the store: {' '.join(str(error).splitlines())[:200]}"))
+            self._send_problem(_Problem(503, "Service Unavailable", f"cannot read the store: {one_line(error)[:200]}"))
 
     def _list(self, query: str) -> list[dict[str, Any]]:
         params = parse_qs(query, keep_blank_values=True)
@@ -358,9 +358,9 @@ class _Handler(BaseHTTPRequestHandler):
         except _Problem:
             raise
         except (DatabaseUnavailable, sqlite3.OperationalError) as error:  # rolled back: nothing was stored
-            raise _Problem(503, "Service Unavailable", f"nothing was stored: {' '.join(str(error).splitlines())[:200]}") from None
+            raise _Problem(503, "Service Unavailable", f"nothing was stored: {one_line(error)[:200]}") from None
         except Exception as error:  # rolled back by transaction(): nothing was stored
-            print(f"ticket service: {type(error).__name__}: {' '.join(str(error).splitlines())}", file=sys.stderr, flush=True)
+            print(f"ticket service: {type(error).__name__}: {one_line(error)}", file=sys.stderr, flush=True)
             raise _Problem(500, "Internal Server Error", "nothing was stored") from None
         # Committed. From here on the ticket exists, whatever the client hears.
         if fault == SLOW:

@@ -53,10 +53,14 @@ from .errors import (
     BadInput,
     InconsistentRun,
     LabError,
+    RunFailure,
     StepOrderError,
     UnknownCrashPoint,
     UnknownIncident,
     WorkflowVersionMismatch,
+    error_line,
+    one_line,
+    report,
     shown,
 )
 from .leases import (
@@ -549,10 +553,9 @@ def work(
         return 0
     reported = [code for code in codes if code > 0]
     if not reported:
-        print(f"labkit: failed: {len(left)} runs are not finished ({', '.join(left[:3])}{', ...' * (len(left) > 3)}): "
-              f"every worker ended ({', '.join(_died(code) for code in codes)}); run work again, expired leases are taken over",
-              file=err, flush=True)
-        return 1
+        return report(RunFailure(f"{len(left)} runs are not finished ({', '.join(left[:3])}{', ...' * (len(left) > 3)}): "
+                                 f"every worker ended ({', '.join(_died(code) for code in codes)}); run work again, "
+                                 "expired leases are taken over"), err)
     return max(reported)
 
 
@@ -570,7 +573,7 @@ class _Output:
         with self.lock:
             try:
                 target = stream or sys.stdout
-                print(" ".join(line.splitlines()), file=target, flush=True)
+                print(one_line(line), file=target, flush=True)
             except (BrokenPipeError, ValueError, OSError):
                 self.stop.set()
                 sys.stdout = sys.stderr = open(os.devnull, "w")  # a sink until the process exits
@@ -607,15 +610,14 @@ def worker_process(argv: list[str]) -> int:
         return _work_as(args, output, stop, go)
     except KeyboardInterrupt:
         return 130
-    except LabError as error:
-        output.say(f"labkit: {'error' if error.exit_code == 2 else 'failed'}: worker {args.number}: {error}", sys.stderr)
+    except (LabError, sqlite3.Error) as failure:
+        error = failure if isinstance(failure, LabError) else translate(failure, args.db)
+        output.say(error_line(error, f"worker {args.number}"), sys.stderr)
         return error.exit_code
-    except sqlite3.Error as error:
-        output.say(f"labkit: failed: worker {args.number}: {translate(error, args.db)}", sys.stderr)
-        return 1
     except Exception as error:  # a bug: still one line for the parent to pass on
-        output.say(f"labkit: failed: worker {args.number} stopped on {type(error).__name__}: {error}", sys.stderr)
-        return 1
+        stopped = RunFailure(f"worker {args.number} stopped on {type(error).__name__}: {error}")
+        output.say(error_line(stopped), sys.stderr)
+        return stopped.exit_code
 
 
 def _work_as(args: argparse.Namespace, output: _Output, stop: threading.Event, go: threading.Event) -> int:
@@ -677,7 +679,7 @@ def _lease_loop(worker: LeasedWorker, incidents: list[str] | None, failed_after:
                 worker.release(lease, failure=f"{type(error).__name__}: {error}")
             except (LabError, sqlite3.Error):
                 pass  # it will expire instead
-            output.say(f"labkit: {'error' if error.exit_code == 2 else 'failed'}: {error}", sys.stderr)
+            output.say(error_line(error), sys.stderr)
             code = max(code, error.exit_code)
     return code
 
