@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import os
 import sqlite3
 import sys
 from contextlib import closing
@@ -39,7 +38,7 @@ from .assessments import reevaluate
 from .clock import clock_from_env
 from .coordinator import WORKFLOW_VERSION
 from .crashpoints import CRASH_POINTS, CrashPlan, check_point
-from .database import busy_timeout_ms, check_path, read_transaction, translate
+from .database import busy_timeout_ms, check_path, names_a_folder, read_transaction, translate
 from .effects import list_effects_txn
 from .effects import resolve as resolve_effect
 from .errors import EXIT_BAD_INPUT, EXIT_FAILURE, BadInput, LabError, RunFailure, UnknownIncident, report, shown
@@ -76,7 +75,7 @@ def _db_path(text: str) -> Path:
     """The --db value as typed: Path() would turn "" into "." and "lab.db/" into "lab.db"."""
     if not text:
         raise argparse.ArgumentTypeError("the database path is empty")
-    if text.endswith(os.sep):
+    if names_a_folder(text):
         raise argparse.ArgumentTypeError(f"{shown(text)} ends with a slash, so it names a folder; give a file path")
     return Path(text)
 

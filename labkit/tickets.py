@@ -58,7 +58,17 @@ from urllib.parse import parse_qs, urlsplit
 
 from . import store as checkpoint_store
 from .clock import Clock, clock_from_env
-from .database import check_path, open_database, quick_check, read_transaction, schema_made_by, set_wal, transaction, translate
+from .database import (
+    check_path,
+    names_a_folder,
+    open_database,
+    quick_check,
+    read_transaction,
+    schema_made_by,
+    set_wal,
+    transaction,
+    translate,
+)
 from .errors import BadInput, DatabaseUnavailable, LabError, RunFailure, one_line, shown
 from .jsontext import JsonProblem, canonical_json, sha256_hex, strict_loads
 from .processes import child_env
@@ -513,7 +523,7 @@ def _check_request(data: bytes) -> dict[str, str]:
 def _store_path(text: str) -> Path:
     if not text:
         raise argparse.ArgumentTypeError("the store path is empty")
-    if text.endswith(os.sep):
+    if names_a_folder(text):
         raise argparse.ArgumentTypeError(f"{shown(text)} ends with a slash, so it names a folder; give a file path")
     return Path(text)
 
