@@ -303,14 +303,14 @@ def _recover(args) -> int:
     with closing(connect(args.db, create=False)) as conn, read_transaction(conn):
         latest = latest_time_txn(conn)
 
-    def report(result: Resumed) -> None:
+    def progress(result: Resumed) -> None:
         if result.error is not None:
             report(result.error)
         else:
             print(f"resumed {result.incident} from {result.from_step}: {result.outcome}", flush=True)
 
     results = recover(
-        args.db, provider, clock=clock_from_env(after=latest), progress=report, coordinator_class=coordinator_type,
+        args.db, provider, clock=clock_from_env(after=latest), progress=progress, coordinator_class=coordinator_type,
         workflow_version=version, tickets=args.tickets,
     )
     completed = sum(result.completed for result in results)
