@@ -55,6 +55,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .children import this_labkit
 from .clock import TickingClock, parse_instant
 from .coordinator import WORKFLOW_VERSION
 from .database import check_path, open_database, read_transaction, set_wal, transaction
@@ -979,8 +980,7 @@ def writer_contention(folder: str | Path, writers: Iterable[int] = (1, 2, 4, 8),
     commits = _whole("commits", commits, 1, 100_000)
     hold = _number("hold_ms", hold_ms, 0, 10_000)
     counts = [_whole("writers", count, 1, 64) for count in writers]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(Path(__file__).resolve().parent.parent),
-                                                                  os.environ.get("PYTHONPATH")) if p))
+    env = this_labkit()
     rows = []
     for count in counts:
         path = folder / f"contention-{count}-writers-{hold:g}ms.db"

@@ -13,7 +13,7 @@ and one pair of scorecards (:mod:`labkit.evaluation`) judge either. What differs
 here and nowhere else: how to drive and recover a run, and which crash points lose a read
 the provider already served (each engine records a read at a different moment).
 
-Every call that starts DBOS runs in a forked child (:func:`labkit.explorer.in_child`): DBOS is
+Every call that starts DBOS runs in a forked child (:func:`labkit.children.in_child`): DBOS is
 one instance per process, with threads of its own, and a notebook's kernel must not be it.
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .children import in_child
 from .crashpoints import BETWEEN_READ_AND_COMMIT, NO_CRASH, CrashPlan, CrashPoint
 from .errors import BadInput
 
@@ -112,8 +113,6 @@ class Engine:
 
     def recovered_again(self, folder: Path, tickets: str | None) -> int:
         """How many runs a further recovery resumed (invariant 7 wants 0); DBOS's in a forked child."""
-        from .explorer import in_child
-
         out = Path(folder) / f".again-{self.name}.txt"
         end = in_child(lambda: print(self.recover(folder, NO_CRASH, tickets)), output=(out, out.with_suffix(".err")))
         if end.code != 0:

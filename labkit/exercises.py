@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .children import in_child
 from .coordinator import WORKFLOW_VERSION
 from .crashpoints import BETWEEN_READ_AND_COMMIT, RUN_POINTS
 from .invariants import InvariantResult, check_invariants
@@ -152,8 +153,6 @@ def run_answer_once(function: Callable, kind: str, db: Path, incident: str, **ho
     goes to files, not pipes, so an answer that prints a lot cannot block it. (Races need
     children released one by one on their standard input: :func:`race_commands` starts those.)
     """
-    from .explorer import in_child
-
     shown, argv = run_answer(function, kind, db, incident, **hooks)
     spec_path = Path(argv[-1])
     spec = json.loads(spec_path.read_text(encoding="utf-8"))
@@ -1716,7 +1715,7 @@ def evidence_step_trial(write_evidence: Callable, *, killed: bool) -> EvidenceSt
     """
     from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
     from .dbos_workflow import IncidentApp, workflows_of
-    from .explorer import _warm, in_child
+    from .explorer import _warm
     from .store import connect_readonly
 
     _warm(dbos=True)

@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 from . import store as checkpoint_store
+from .children import collect, pump
 from .clock import Clock, clock_from_env
 from .database import (
     check_path,
@@ -874,12 +875,11 @@ class TicketService:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(self.env),
         )
         _RUNNING.add(self)
-        lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=_pump_stdout, args=(self.child.stdout, lines), daemon=True).start()
-        self._stderr_reader = threading.Thread(target=_collect, args=(self.child.stderr, self._stderr), daemon=True)
-        self._stderr_reader.start()
+        lines: queue.Queue[tuple[str | None]] = queue.Queue()
+        pump(self.child.stdout, lines)  # the URL, then nothing: still read, so that the pipe cannot fill
+        self._stderr_reader = collect(self.child.stderr, self._stderr)
         try:
-            first = lines.get(timeout=self.start_timeout)
+            (first,) = lines.get(timeout=self.start_timeout)
         except queue.Empty:
             first = None
         if first is None or not first.startswith(f"http://{HOST}:"):
@@ -960,18 +960,6 @@ class TicketService:
     def store_rows(self) -> list[dict[str, Any]]:
         """The service's own table, read from its file directly (read-only), running or not."""
         return store_rows(self.store)
-
-
-def _pump_stdout(stream, lines: queue.Queue) -> None:
-    first = stream.readline()
-    lines.put(first or None)
-    for _ in stream:  # nothing more is expected; keep the pipe from filling all the same
-        pass
-
-
-def _collect(stream, into: list[str]) -> None:
-    for line in stream:
-        into.append(line)
 
 
 @atexit.register

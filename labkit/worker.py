@@ -45,6 +45,7 @@ from typing import Any, TextIO
 
 from . import contract
 from .assessments import latest_assessment_txn
+from .children import pump, this_labkit
 from .clock import Clock, ManualClock, SystemClock, parse_instant
 from .coordinator import WORKFLOW_VERSION, Coordinator, decision_inputs_of
 from .crashpoints import LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint
@@ -399,16 +400,10 @@ def _check_incidents(incidents: Sequence[str], known: list[str]) -> list[str]:
 # the evidence contract uses no formats, so the worker lets that import fail.
 _CHILD = ("import sys; sys.modules.setdefault('rfc3987_syntax', None); "
           "from labkit.worker import worker_process; sys.exit(worker_process(sys.argv[1:]))")
-_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
-
-
 def _spawn(args: list[str]) -> subprocess.Popen:
-    env = dict(os.environ)
-    # The workers run this very labkit, installed or not.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     return subprocess.Popen(
         [sys.executable, "-c", _CHILD, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=env,
+        text=True, env=this_labkit(),  # the workers run this very labkit, installed or not
     )
 
 
@@ -419,12 +414,6 @@ def _send(child: subprocess.Popen, line: str) -> None:
         child.stdin.flush()
     except (BrokenPipeError, OSError, ValueError):
         pass  # the worker is gone already; its end is reported with the others
-
-
-def _pump(stream: TextIO, index: int, kind: str, events: queue.Queue) -> None:
-    for line in stream:
-        events.put((index, kind, line.rstrip("\n")))
-    events.put((index, kind, None))
 
 
 def _died(code: int) -> str:
@@ -506,13 +495,14 @@ def work(
             child = _spawn([*common, "--number", str(number), *extra])
             children.append(child)
             print(f"worker {number} started (pid {child.pid})", file=out, flush=True)
-            for stream, kind in ((child.stdout, "out"), (child.stderr, "err")):
-                threading.Thread(target=_pump, args=(stream, number, kind, events), daemon=True).start()
+            pump(child.stdout, events, number, "out")
+            pump(child.stderr, events, number, "err")
         # The workers start together, once each has loaded and said so: otherwise the first
         # to load takes the first runs, and the pool is only as wide as start-up allows.
         open_streams, ready, released = 2 * count, set(), False
         while open_streams:
             number, kind, line = events.get()
+            line = line if line is None else line.rstrip("\n")
             if line is None:
                 open_streams -= 1
                 ready.add(number)  # a worker that ended before it was ready holds nobody up
