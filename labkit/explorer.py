@@ -44,9 +44,9 @@ from . import contract
 from .children import ChildEnd, fork, in_child
 from .clock import ManualClock
 from .coordinator import Coordinator
-from .crashpoints import BETWEEN_READ_AND_COMMIT, CRASH_POINTS, LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint, points
+from .crashpoints import CRASH_POINTS, LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint, points
 from .database import read_transaction
-from .engines import INCIDENT, Engine
+from .engines import INCIDENT, Engine, expected_reads
 from .engines import engine as engine_named
 from .errors import BadInput, LabError
 from .invariants import STATEMENTS, check_invariants
@@ -225,11 +225,6 @@ def run_scenario(scenario: Scenario, folder: str | Path) -> ScenarioResult:
     return _play_work(scenario, db)
 
 
-def _expected_reads(ends: tuple[ChildEnd, ...], armed: tuple[str, ...]) -> int:
-    """Invariant 5's prediction from the points alone: one read, plus one per kill inside the read window."""
-    return 1 + sum(end.killed and point in BETWEEN_READ_AND_COMMIT for end, point in zip(ends, armed, strict=True))
-
-
 def _play_run(scenario: Scenario, folder: Path, url: str) -> ScenarioResult:
     driver = scenario.driver()
     db = driver.db(folder)
@@ -259,7 +254,7 @@ def _play_work(scenario: Scenario, db: Path) -> ScenarioResult:
     if rest:
         ends.append(in_child(lambda: _lease_and_finish(db, CrashPlan(CrashPoint(rest[0])), hours=1)))
     final = _final_recovery(lambda: _lease_and_finish(db, NO_CRASH, hours=2))
-    expected = _expected_reads(tuple(ends), scenario.crash_points)
+    expected = expected_reads(zip((end.killed for end in ends), scenario.crash_points, strict=True))
     results = check_invariants(db, call_log_for(db), {INCIDENT: expected}, _provider(db), leases=True)
     return _result(scenario, tuple(ends), results, db, None, final)
 
