@@ -61,6 +61,11 @@ def _pump(stream: Iterable[str] | None, events: queue.Queue, tag: tuple) -> None
     events.put((*tag, None))
 
 
+def ended(returncode: int) -> str:
+    """How a started child ended, in words: ``exit 0``, or ``killed by SIGKILL`` for a negative code."""
+    return f"killed by {signal.Signals(-returncode).name}" if returncode < 0 else f"exit {returncode}"
+
+
 def collect(stream: Iterable[str] | None, into: list[str]) -> threading.Thread:
     """Append every line of ``stream`` to ``into``, in a daemon thread (returned, started): join it
     to know ``into`` holds all the child said."""

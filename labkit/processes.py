@@ -18,7 +18,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from .children import collect, pump, this_labkit
+from .children import collect, ended, pump, this_labkit
 from .clock import CLOCK_ENV
 from .database import write_lock
 from .store import connect
@@ -45,7 +45,7 @@ class ChildOutcome:
 
     @property
     def status(self) -> str:
-        return f"killed by {self.killed_by}" if self.killed_by else f"exit {self.returncode}"
+        return ended(self.returncode)
 
     @property
     def message(self) -> str:

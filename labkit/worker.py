@@ -30,7 +30,6 @@ import json
 import math
 import os
 import queue
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -45,7 +44,7 @@ from typing import Any, TextIO
 
 from . import contract
 from .assessments import latest_assessment_txn
-from .children import pump, this_labkit
+from .children import ended, pump, this_labkit
 from .clock import Clock, ManualClock, SystemClock, parse_instant
 from .coordinator import WORKFLOW_VERSION, Coordinator, decision_inputs_of
 from .crashpoints import LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint
@@ -416,10 +415,6 @@ def _send(child: subprocess.Popen, line: str) -> None:
         pass  # the worker is gone already; its end is reported with the others
 
 
-def _died(code: int) -> str:
-    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
-
-
 def work(
     db: str | Path,
     workers: int,
@@ -530,7 +525,7 @@ def work(
                 child.stdin.close()
     for number, code in enumerate(codes, start=1):
         if code < 0:
-            print(f"worker {number} died ({_died(code)})", file=out, flush=True)
+            print(f"worker {number} died ({ended(code)})", file=out, flush=True)
 
     with closing(connect(path, create=False)) as conn, read_transaction(conn):
         left = backlog_txn(conn, incidents=targets).unfinished
@@ -544,7 +539,7 @@ def work(
     reported = [code for code in codes if code > 0]
     if not reported:
         return report(RunFailure(f"{len(left)} runs are not finished ({', '.join(left[:3])}{', ...' * (len(left) > 3)}): "
-                                 f"every worker ended ({', '.join(_died(code) for code in codes)}); run work again, "
+                                 f"every worker ended ({', '.join(ended(code) for code in codes)}); run work again, "
                                  "expired leases are taken over"), err)
     return max(reported)
 
@@ -836,7 +831,7 @@ def _measure_once(db: Path, flow: str, n: int, delay: float, incidents: Sequence
             child.stdin.close()
             error = child.stderr.read()
             if child.wait(timeout=60) != 0:
-                raise RuntimeError(f"a measuring worker failed ({_died(child.returncode)}): {error.strip()}")
+                raise RuntimeError(f"a measuring worker failed ({ended(child.returncode)}): {error.strip()}")
     finally:
         for child in children:
             if child.poll() is None:
