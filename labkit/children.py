@@ -42,7 +42,6 @@ def this_labkit(env: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-
 def pump(stream: Iterable[str] | None, events: queue.Queue, *tag: object) -> threading.Thread:
     """Put ``(*tag, line)`` on ``events`` for every line ``stream`` gives, then ``(*tag, None)`` at its end
     (at once for ``None``, a stream that was not piped).
