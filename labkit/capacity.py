@@ -55,12 +55,14 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .children import this_labkit
 from .clock import TickingClock, parse_instant
 from .coordinator import WORKFLOW_VERSION
 from .database import check_path, open_database, read_transaction, set_wal, transaction
 from .errors import BadInput, shown
+from .jsontext import sha256_hex
 from .receipts import receipt_id_for
-from .retention import _sha256, location_for
+from .retention import location_for
 
 if TYPE_CHECKING:
     from .retention import BoundedEvidence
@@ -604,7 +606,7 @@ def simulate(
                 record_redactions_txn(conn, incident, bounded.redactions)
             else:
                 text = bounded.diagnostic.replace(f'"incident":"{template.incident}"', f'"incident":"{incident}"', 1)
-                renamed = replace(bounded, body=body, diagnostic=text, diagnostic_digest=_sha256(text))
+                renamed = replace(bounded, body=body, diagnostic=text, diagnostic_digest=sha256_hex(text))
                 evidence = store_bounded_txn(conn, incident, CONTRACT, renamed, clock, inputs)
             run = advance_txn(conn, run, Step.EVIDENCE_RECORDED, clock)
             report = build_report(evidence, latest_assessment_txn(conn, incident))
@@ -687,7 +689,7 @@ def _shape(template: _Template, raw_inline: bool, inputs: dict[str, object]) -> 
     bounded = template.bounded
     body = dict(bounded.body, **({INLINE_KEY: template.raw_value} if raw_inline else {}))
     text = canonical_json(body)
-    digest = _sha256(text)
+    digest = sha256_hex(text)
     provider, rules, prompt = inputs.get("provider"), inputs.get("rules_revision"), inputs.get("prompt_revision")
     diagnosis = body["diagnosis"]
     signals = diagnosis.get("signals", [])
@@ -724,13 +726,13 @@ def _incident_rows(shape: _Shape, incident: str, readings: Sequence[str]) -> dic
     # The incident id sits in each text once, as the value of its top-level "incident" key.
     old, new = f'"incident":"{shape.incident}"', f'"incident":"{incident}"'
     text = shape.evidence_text.replace(old, new, 1)
-    digest = _sha256(text)
+    digest = sha256_hex(text)
     contract, provider, rules, prompt = shape.evidence_columns
     reference: tuple[str | None, str | None] = (None, None)
     diagnostics: list[tuple[object, ...]] = []
     if shape.diagnostic_text is not None:
         raw = shape.diagnostic_text.replace(old, new, 1)
-        reference = (_sha256(raw), location_for(incident))
+        reference = (sha256_hex(raw), location_for(incident))
         diagnostics = [(incident, reference[0], raw, len(raw.encode("utf-8")), recorded)]
     report = shape.report_text.replace(shape.evidence_digest, digest, 1).replace(old, new, 1)
     return {
@@ -978,8 +980,7 @@ def writer_contention(folder: str | Path, writers: Iterable[int] = (1, 2, 4, 8),
     commits = _whole("commits", commits, 1, 100_000)
     hold = _number("hold_ms", hold_ms, 0, 10_000)
     counts = [_whole("writers", count, 1, 64) for count in writers]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(Path(__file__).resolve().parent.parent),
-                                                                  os.environ.get("PYTHONPATH")) if p))
+    env = this_labkit()
     rows = []
     for count in counts:
         path = folder / f"contention-{count}-writers-{hold:g}ms.db"

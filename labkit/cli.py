@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import errno
 import json
-import os
 import sqlite3
 import sys
 from contextlib import closing
@@ -39,10 +38,10 @@ from .assessments import reevaluate
 from .clock import clock_from_env
 from .coordinator import WORKFLOW_VERSION
 from .crashpoints import CRASH_POINTS, CrashPlan, check_point
-from .database import busy_timeout_ms, check_path, read_transaction, translate
+from .database import busy_timeout_ms, check_path, names_a_folder, read_transaction, translate
 from .effects import list_effects_txn
 from .effects import resolve as resolve_effect
-from .errors import EXIT_BAD_INPUT, EXIT_FAILURE, LabError, UnknownIncident, shown
+from .errors import EXIT_BAD_INPUT, EXIT_FAILURE, BadInput, LabError, RunFailure, UnknownIncident, report, shown
 from .evaluation import evaluate
 from .naive import BUGS, CRASH_BUGS, coordinator_class
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
@@ -60,8 +59,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse prints usage plus a message; the contract is one line, so print only the message."""
 
     def error(self, message: str):
-        print(f"labkit: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_BAD_INPUT)
+        raise SystemExit(report(BadInput(message)))
 
 
 class _Once(argparse.Action):
@@ -77,7 +75,7 @@ def _db_path(text: str) -> Path:
     """The --db value as typed: Path() would turn "" into "." and "lab.db/" into "lab.db"."""
     if not text:
         raise argparse.ArgumentTypeError("the database path is empty")
-    if text.endswith(os.sep):
+    if names_a_folder(text):
         raise argparse.ArgumentTypeError(f"{shown(text)} ends with a slash, so it names a folder; give a file path")
     return Path(text)
 
@@ -231,29 +229,15 @@ def main(argv: list[str] | None = None) -> int:
         provider_delay()
         return COMMANDS[args.command](args)
     except sqlite3.Error as error:  # raised mid-command: classified by SQLite's result code
-        return _report(translate(error, getattr(args, "db", "")))
+        return report(translate(error, getattr(args, "db", "")))
     except LabError as error:
-        return _report(error)
+        return report(error)
     except OSError as error:
         # Not foreseen by a named error: still one line, the file name quoted so that a
         # newline in it cannot make two. A name the system cannot take is bad input.
         where = f": {shown(error.filename, 200)}" if error.filename else ""
-        print(f"labkit: failed: {error.strerror or error}{where}", file=sys.stderr)
+        report(RunFailure(f"{error.strerror or error}{where}"))
         return EXIT_BAD_INPUT if error.errno == errno.ENAMETOOLONG else EXIT_FAILURE
-
-
-def _report(error: LabError) -> int:
-    print(f"labkit: {_prefix(error)}: {_one_line(error)}", file=sys.stderr)
-    return error.exit_code
-
-
-def _one_line(error: Exception) -> str:
-    """The contract is one line on stderr, whatever a message quotes (SQLite's, a file name's)."""
-    return " ".join(str(error).splitlines())
-
-
-def _prefix(error: LabError) -> str:
-    return "error" if error.exit_code == EXIT_BAD_INPUT else "failed"
 
 
 def _incidents(args) -> int:
@@ -315,14 +299,14 @@ def _recover(args) -> int:
     with closing(connect(args.db, create=False)) as conn, read_transaction(conn):
         latest = latest_time_txn(conn)
 
-    def report(result: Resumed) -> None:
+    def progress(result: Resumed) -> None:
         if result.error is not None:
-            print(f"labkit: {_prefix(result.error)}: {_one_line(result.error)}", file=sys.stderr, flush=True)
+            report(result.error)
         else:
             print(f"resumed {result.incident} from {result.from_step}: {result.outcome}", flush=True)
 
     results = recover(
-        args.db, provider, clock=clock_from_env(after=latest), progress=report, coordinator_class=coordinator_type,
+        args.db, provider, clock=clock_from_env(after=latest), progress=progress, coordinator_class=coordinator_type,
         workflow_version=version, tickets=args.tickets,
     )
     completed = sum(result.completed for result in results)

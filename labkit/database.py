@@ -134,6 +134,12 @@ def held_open_here(path: Path) -> bool:
     return key is not None and key in _OPEN_FILES
 
 
+def names_a_folder(text: str) -> bool:
+    """A path typed with a trailing slash names a folder, whatever is there: ``Path("lab.db/")``
+    would quietly drop the slash and make it a file, so every path option asks this first."""
+    return text.endswith(os.sep)
+
+
 def check_path(path: str | Path, *, must_exist: bool) -> Path:
     """The database path, or a one-line refusal before any file is created or opened.
 
@@ -148,7 +154,7 @@ def check_path(path: str | Path, *, must_exist: bool) -> Path:
         raise BadDatabasePath(text, "SQLite would keep it in memory and lose it at exit; give a file path")
     if text.startswith("file:"):
         raise BadDatabasePath(text, "it looks like a SQLite URI; give a plain file path")
-    if text.endswith(os.sep):
+    if names_a_folder(text):
         raise BadDatabasePath(text, "it names a folder (it ends with a slash); give a file path")
     path = Path(text)
     try:

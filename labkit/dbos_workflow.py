@@ -41,7 +41,6 @@ when it is used.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import read_transaction, transaction
 from .effects import TICKET_TIMEOUT, find_effect_txn, mark_done_txn, record_intent_txn, ticket_request
 from .errors import BadInput, RunFailure, UnknownIncident
+from .jsontext import sha256_hex
 from .provider import Reading, ReferenceProvider, call_log_for, read_with_diagnostic
 from .receipts import find_receipt_txn
 from .steps import Step
@@ -129,7 +129,7 @@ def write_evidence_once(coordinator: Coordinator, incident: str, reading: Readin
 
 def ticket_key(workflow_id: str) -> str:
     """The ticket's idempotency key: derived from the workflow's identity, the same on every replay."""
-    return "dbos-" + hashlib.sha256(f"open_ticket:{workflow_id}".encode()).hexdigest()[:16]
+    return "dbos-" + sha256_hex(f"open_ticket:{workflow_id}")[:16]
 
 
 class IncidentApp:

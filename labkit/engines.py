@@ -13,15 +13,17 @@ and one pair of scorecards (:mod:`labkit.evaluation`) judge either. What differs
 here and nowhere else: how to drive and recover a run, and which crash points lose a read
 the provider already served (each engine records a read at a different moment).
 
-Every call that starts DBOS runs in a forked child (:func:`labkit.explorer.in_child`): DBOS is
+Every call that starts DBOS runs in a forked child (:func:`labkit.children.in_child`): DBOS is
 one instance per process, with threads of its own, and a notebook's kernel must not be it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .children import in_child
 from .crashpoints import BETWEEN_READ_AND_COMMIT, NO_CRASH, CrashPlan, CrashPoint
 from .errors import BadInput
 
@@ -33,6 +35,18 @@ ENGINES = ("labkit", "dbos")
 class UnknownEngine(BadInput):
     def __init__(self, name: str):
         super().__init__(f"unknown engine {name!r}; choose one of {', '.join(ENGINES)}")
+
+
+def expected_reads(killed_at: Iterable[tuple[bool, str]], window: frozenset[CrashPoint] = BETWEEN_READ_AND_COMMIT) -> int:
+    """Invariant 5's prediction (N1): one read, plus one per process killed inside the read window.
+
+    ``killed_at`` pairs each process of a scenario (whether it was killed) with the point it was
+    armed at; ``window`` is where a kill loses a read the provider already answered: labkit's
+    :data:`~labkit.crashpoints.BETWEEN_READ_AND_COMMIT` by default, an :class:`Engine`'s own
+    :attr:`~Engine.read_window` otherwise. The explorer, the engines' contract and 05's exercise
+    check all predict with this one function.
+    """
+    return 1 + sum(killed and CrashPoint(point) in window for killed, point in killed_at)
 
 
 @dataclass(frozen=True)
@@ -55,9 +69,9 @@ class Engine:
     def db(self, folder: Path) -> Path:
         return Path(folder) / "lab.db"
 
-    def expected_reads(self, killed_at: list[tuple[bool, str]]) -> int:
-        """Invariant 5's prediction: one read, plus one per process killed inside this engine's read window."""
-        return 1 + sum(killed and CrashPoint(point) in self.read_window for killed, point in killed_at)
+    def expected_reads(self, killed_at: Iterable[tuple[bool, str]]) -> int:
+        """Invariant 5's prediction for this engine: :func:`expected_reads` over its :attr:`read_window`."""
+        return expected_reads(killed_at, self.read_window)
 
     # Each of these runs in the calling process: call it inside a forked child.
 
@@ -112,8 +126,6 @@ class Engine:
 
     def recovered_again(self, folder: Path, tickets: str | None) -> int:
         """How many runs a further recovery resumed (invariant 7 wants 0); DBOS's in a forked child."""
-        from .explorer import in_child
-
         out = Path(folder) / f".again-{self.name}.txt"
         end = in_child(lambda: print(self.recover(folder, NO_CRASH, tickets)), output=(out, out.with_suffix(".err")))
         if end.code != 0:

@@ -17,6 +17,9 @@ test inspects them instead of parsing text. A run is always named by its key, th
 
 from __future__ import annotations
 
+import sys
+from typing import TextIO
+
 EXIT_BAD_INPUT = 2
 EXIT_FAILURE = 1
 
@@ -25,6 +28,25 @@ def shown(value: object, limit: int = 60) -> str:
     """``repr`` of a user-supplied value, cut short: a 100 KB id must not become a 100 KB message."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 4] + "...'"
+
+
+def one_line(message: object) -> str:
+    """``message`` with its line breaks turned into spaces: a name or SQLite's text may hold some."""
+    return " ".join(str(message).splitlines())
+
+
+def error_line(error: LabError, about: str = "") -> str:
+    """The one line every command prints for ``error``: ``labkit: error: ...`` for bad input,
+    ``labkit: failed: ...`` otherwise, the word decided by the error's family, as the exit code
+    is. ``about`` names who failed (``"worker 2"``) when several processes share one stderr."""
+    word = "error" if error.exit_code == EXIT_BAD_INPUT else "failed"
+    return f"labkit: {word}: {about + ': ' if about else ''}{one_line(error)}"
+
+
+def report(error: LabError, stream: TextIO | None = None, about: str = "") -> int:
+    """Print :func:`error_line` on ``stream`` (stderr) and return the exit code of the error's family."""
+    print(error_line(error, about), file=stream or sys.stderr, flush=True)
+    return error.exit_code
 
 
 class LabError(Exception):

@@ -35,8 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .children import in_child
 from .coordinator import WORKFLOW_VERSION
-from .crashpoints import BETWEEN_READ_AND_COMMIT, RUN_POINTS
+from .crashpoints import RUN_POINTS
+from .engines import expected_reads
 from .invariants import InvariantResult, check_invariants
 from .lesson import restart_answers
 from .processes import ChildOutcome, child_env, labkit_cli, race_commands, run_in_child
@@ -152,8 +154,6 @@ def run_answer_once(function: Callable, kind: str, db: Path, incident: str, **ho
     goes to files, not pipes, so an answer that prints a lot cannot block it. (Races need
     children released one by one on their standard input: :func:`race_commands` starts those.)
     """
-    from .explorer import in_child
-
     shown, argv = run_answer(function, kind, db, incident, **hooks)
     spec_path = Path(argv[-1])
     spec = json.loads(spec_path.read_text(encoding="utf-8"))
@@ -462,16 +462,16 @@ def check_recovery_worker(resume: Callable) -> None:
     for point in RUN_POINTS:
         trial = _killed_at("05-exercise", "INC-1004", point)
         outcome = run_answer_once(resume, "resume", trial.db, "INC-1004")
-        expected_reads = 1 + (point in BETWEEN_READ_AND_COMMIT)
+        expected = expected_reads([(True, point)])  # killed at that point, once
         reads = trial.provider_log.reads_of("INC-1004")
         answers = restart_answers(trial.db, "INC-1004")
         if outcome.returncode != 0:
             wrong.append(f"after a kill at {point} your resume failed: {outcome.stderr.strip()}")
         elif answers.step != "report_completed" or answers.receipt is None:
             wrong.append(f"after a kill at {point} the run ended at {answers.step} without a receipt")
-        elif reads != expected_reads:
-            why = "it read although the evidence was committed" if reads > expected_reads else "it never read"
-            wrong.append(f"after a kill at {point} the provider was read {reads} times, expected {expected_reads}: {why}")
+        elif reads != expected:
+            why = "it read although the evidence was committed" if reads > expected else "it never read"
+            wrong.append(f"after a kill at {point} the provider was read {reads} times, expected {expected}: {why}")
     assert not wrong, "; ".join(wrong[:3]) + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else "")
     print(f"✓ from every one of the {len(RUN_POINTS)} crash points: completed, one receipt, a read only where none was committed")
 
@@ -1716,7 +1716,7 @@ def evidence_step_trial(write_evidence: Callable, *, killed: bool) -> EvidenceSt
     """
     from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
     from .dbos_workflow import IncidentApp, workflows_of
-    from .explorer import _warm, in_child
+    from .explorer import _warm
     from .store import connect_readonly
 
     _warm(dbos=True)

@@ -19,9 +19,9 @@ Two flows cover every point: ``run`` reaches the three steps and the send around
 named points miss. A deliberately broken coordinator (:data:`labkit.naive.CRASH_BUGS`) can
 be switched on by name, to see the table turn red: an explorer that cannot fail proves nothing.
 
-The processes are made with ``os.fork`` rather than by starting a new interpreter: real
-processes with their own file descriptors and locks, killed by a real SIGKILL, for a
-hundredth of the start-up cost, which is what lets a lesson run 160 scenarios in seconds.
+The processes are made with ``os.fork`` (:mod:`labkit.children`) rather than by starting a new
+interpreter: real processes with their own file descriptors and locks, killed by a real SIGKILL,
+for a hundredth of the start-up cost, which is what lets a lesson run 160 scenarios in seconds.
 A forked child only does labkit work, writes nothing to the parent's streams and leaves
 with ``os._exit``. POSIX only, like SIGKILL itself. Taught in 12_crash_explorer.
 """
@@ -32,7 +32,6 @@ import os
 import pickle
 import random
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager, suppress
@@ -42,11 +41,12 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from . import contract
+from .children import ChildEnd, fork, in_child
 from .clock import ManualClock
 from .coordinator import Coordinator
-from .crashpoints import BETWEEN_READ_AND_COMMIT, CRASH_POINTS, LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint, points
+from .crashpoints import CRASH_POINTS, LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint, points
 from .database import read_transaction
-from .engines import INCIDENT, Engine
+from .engines import INCIDENT, Engine, expected_reads
 from .engines import engine as engine_named
 from .errors import BadInput, LabError
 from .invariants import STATEMENTS, check_invariants
@@ -130,71 +130,6 @@ def scenarios(*, pairs: bool = True, bug: str | None = None, engine: str = "labk
 # --------------------------------------------------------------------------- child processes
 
 
-@dataclass(frozen=True)
-class ChildEnd:
-    """How a forked child ended: killed by SIGKILL, or exited with a code (and the error that caused 1)."""
-
-    killed: bool
-    code: int | None = None
-    error: str = ""
-
-    def __str__(self) -> str:
-        if self.killed:
-            return "killed"
-        return f"exit {self.code}" + (f" ({self.error})" if self.error else "")
-
-
-def quiet_child(output: tuple[Path, Path] | None = None) -> None:
-    """In a forked child: write nothing where the parent writes (a notebook kernel's streams).
-
-    Standard output and error go to ``output``'s two files when given (files, not pipes: a
-    child that prints a lot cannot block on a reader), else nowhere.
-    """
-    for fd, path in zip((1, 2), output or (Path(os.devnull), Path(os.devnull)), strict=True):
-        os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)  # noqa: SIM115 - the child leaves by os._exit
-    sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-
-
-def in_child(work: Callable[[], object], *, kill_after: float | None = None, output: tuple[Path, Path] | None = None) -> ChildEnd:
-    """Run ``work`` in a forked child and wait for it; ``kill_after`` seconds SIGKILL it from outside.
-
-    A child that reaches an armed crash point kills itself (:class:`~labkit.crashpoints.CrashPlan`);
-    one that raises exits 1 (``SystemExit(n)``: n) and passes its error's first line back through a
-    pipe. ``output`` names the files its standard output and error go to (else nowhere).
-    """
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: labkit work only, then out without running the parent's atexit
-        os.close(read_end)
-        code = 0
-        try:
-            quiet_child(output)
-            work()
-        except SystemExit as leaving:  # the work's own exit code, as a started process would give
-            code = leaving.code if isinstance(leaving.code, int) else 1
-        except BaseException as error:  # noqa: BLE001 - reported to the parent, whatever it was
-            os.write(write_end, f"{type(error).__name__}: {error}".splitlines()[0].encode()[:400])
-            code = 1
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    try:
-        if kill_after is not None:
-            time.sleep(kill_after)
-            os.kill(pid, signal.SIGKILL)  # a child that already ended is a zombie until waited for: no harm
-        _, status = os.waitpid(pid, 0)
-        with os.fdopen(read_end, "rb") as pipe:
-            message = pipe.read().decode(errors="replace")
-    except BaseException:
-        os.kill(pid, signal.SIGKILL)  # interrupted (a notebook's stop button): leave no child behind
-        os.waitpid(pid, 0)
-        raise
-    if os.WIFSIGNALED(status):
-        return ChildEnd(killed=os.WTERMSIG(status) == signal.SIGKILL, code=-os.WTERMSIG(status), error=message)
-    return ChildEnd(killed=False, code=os.WEXITSTATUS(status), error=message)
-
-
 @contextmanager
 def ticket_service(store: Path, faults: Any = None) -> Iterator[str]:
     """The ticket service of :mod:`labkit.tickets`, in a forked process of its own; yields its URL.
@@ -206,13 +141,7 @@ def ticket_service(store: Path, faults: Any = None) -> Iterator[str]:
     from .tickets import TicketServer
 
     server = TicketServer(store, faults=faults)
-    pid = os.fork()
-    if pid == 0:
-        try:
-            quiet_child()
-            server.serve_forever()
-        finally:
-            os._exit(0)
+    pid = fork(server.serve_forever)
     server.server_close()  # the parent's copy of the listening socket; the child keeps its own
     try:
         yield server.url
@@ -296,11 +225,6 @@ def run_scenario(scenario: Scenario, folder: str | Path) -> ScenarioResult:
     return _play_work(scenario, db)
 
 
-def _expected_reads(ends: tuple[ChildEnd, ...], armed: tuple[str, ...]) -> int:
-    """Invariant 5's prediction from the points alone: one read, plus one per kill inside the read window."""
-    return 1 + sum(end.killed and point in BETWEEN_READ_AND_COMMIT for end, point in zip(ends, armed, strict=True))
-
-
 def _play_run(scenario: Scenario, folder: Path, url: str) -> ScenarioResult:
     driver = scenario.driver()
     db = driver.db(folder)
@@ -330,7 +254,7 @@ def _play_work(scenario: Scenario, db: Path) -> ScenarioResult:
     if rest:
         ends.append(in_child(lambda: _lease_and_finish(db, CrashPlan(CrashPoint(rest[0])), hours=1)))
     final = _final_recovery(lambda: _lease_and_finish(db, NO_CRASH, hours=2))
-    expected = _expected_reads(tuple(ends), scenario.crash_points)
+    expected = expected_reads(zip((end.killed for end in ends), scenario.crash_points, strict=True))
     results = check_invariants(db, call_log_for(db), {INCIDENT: expected}, _provider(db), leases=True)
     return _result(scenario, tuple(ends), results, db, None, final)
 
@@ -555,20 +479,7 @@ def in_parallel(tasks: Sequence[Callable[[], T]], folder: Path, *, workers: int 
     children = []
     for number in range(count):
         out = folder / f".worker-{number}.pickle"
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                quiet_child()
-                outcome: object = [task() for task in tasks[number::count]]
-            except BaseException as error:  # noqa: BLE001 - handed to the parent below
-                outcome, code = RuntimeError(f"an explorer worker stopped: {type(error).__name__}: {error}"), 1
-            finally:
-                try:
-                    out.write_bytes(pickle.dumps(outcome))
-                finally:
-                    os._exit(code)
-        children.append((pid, out))
+        children.append((fork(partial(_share, tasks[number::count], out)), out))
     results: list[list[T]] = []
     try:
         for pid, out in children:
@@ -585,6 +496,16 @@ def in_parallel(tasks: Sequence[Callable[[], T]], folder: Path, *, workers: int 
                 os.waitpid(pid, 0)
         raise
     return [results[index % count][index // count] for index in range(len(tasks))]
+
+
+def _share(tasks: Sequence[Callable[[], object]], out: Path) -> None:
+    """In an :func:`in_parallel` worker: its tasks' results, or the error that stopped them, pickled to ``out``."""
+    try:
+        outcome: object = [task() for task in tasks]
+    except BaseException as error:  # noqa: BLE001 - handed to the parent, which raises it
+        out.write_bytes(pickle.dumps(RuntimeError(f"an explorer worker stopped: {type(error).__name__}: {error}")))
+        raise SystemExit(1) from None
+    out.write_bytes(pickle.dumps(outcome))
 
 
 def _fresh_folder(path: str | Path) -> Path:

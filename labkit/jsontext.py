@@ -10,6 +10,7 @@ turns each of those into a :class:`JsonProblem` with a one-line reason.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from typing import Any
@@ -37,6 +38,12 @@ def canonical_json(value: object) -> str:
     written as a token that no strict reader accepts.
     """
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def sha256_hex(text: str) -> str:
+    """The sha256 of ``text`` as UTF-8, in hex: every digest labkit stores (evidence, diagnostics,
+    a ticket request's fingerprint) is this one function, so two modules cannot disagree on it."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _refuse_constant(name: str) -> Any:

@@ -42,11 +42,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from .children import ChildEnd, end_of, first_line, fork, in_child
 from .crashpoints import CrashPlan, check_point, points
 from .dbos_workflow import POSTGRES_ENV, IncidentApp
 from .engines import engine
 from .errors import BadInput, UnknownIncident, shown
-from .explorer import ChildEnd, in_child, quiet_child, ticket_service
+from .explorer import ticket_service
 from .invariants import InvariantResult, check_invariants
 from .provider import CallLog, ReferenceProvider, call_log_for, data_dir, list_incidents
 
@@ -193,11 +194,7 @@ class _Worker:
                     self.kill()
                     raise RuntimeError(f"{self.name} did not end within {timeout:.0f} s")
                 time.sleep(0.01)
-            status = found[1]
-            if os.WIFSIGNALED(status):
-                self.end = ChildEnd(killed=os.WTERMSIG(status) == signal.SIGKILL, code=-os.WTERMSIG(status))
-            else:
-                self.end = ChildEnd(killed=False, code=os.WEXITSTATUS(status))
+            self.end = end_of(found[1])
         return self.end
 
     def kill(self) -> None:
@@ -209,24 +206,20 @@ class _Worker:
 def _fork_worker(name: str, folder: Path, work: Callable[[_Channel], None]) -> _Worker:
     """``work`` in a forked process of its own, its output in ``FOLDER/NAME.out`` and ``.err``.
 
-    Not :func:`~labkit.explorer.in_child`, which waits for its child: these two run side by
+    Not :func:`~labkit.children.in_child`, which waits for its child: these two run side by
     side, and the test talks to each while the other works.
     """
     orders_read, orders_write = os.pipe()
     reports_read, reports_write = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the worker: DBOS work only, then out without running the parent's atexit
+    channel = _Channel(orders_read, reports_write)  # the worker's side
+
+    def run() -> None:  # in the worker: DBOS work only
         os.close(orders_write)
         os.close(reports_read)
-        channel, code = _Channel(orders_read, reports_write), 0
-        try:
-            quiet_child((folder / f"{name}.out", folder / f"{name}.err"))
-            work(channel)
-        except BaseException as error:  # noqa: BLE001 - reported to the parent, whatever it was
-            channel.say("failed", f"{type(error).__name__}: {error}".splitlines()[0])
-            code = 1
-        finally:
-            os._exit(code)
+        work(channel)
+
+    output = (folder / f"{name}.out", folder / f"{name}.err")
+    pid = fork(run, output=output, on_error=lambda error: channel.say("failed", first_line(error)))
     os.close(orders_read)
     os.close(reports_write)
     return _Worker(name, pid, _Channel(reports_read, orders_write), folder)

@@ -13,12 +13,12 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
+from .children import collect, ended, pump, this_labkit
 from .clock import CLOCK_ENV
 from .database import write_lock
 from .store import connect
@@ -27,7 +27,6 @@ _FOLDERS = re.compile(r"(?<=['\"\s])/(?:[^/'\"\s]+/)+")
 
 #: The instant every child's clock starts from, unless the caller's environment sets one.
 LESSON_INSTANT = "2026-03-02T09:00:00Z"
-_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class ChildOutcome:
 
     @property
     def status(self) -> str:
-        return f"killed by {self.killed_by}" if self.killed_by else f"exit {self.returncode}"
+        return ended(self.returncode)
 
     @property
     def message(self) -> str:
@@ -62,10 +61,8 @@ class ChildOutcome:
 
 
 def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = dict(os.environ)
+    env = this_labkit()  # works from a clone without an installed package, and keeps the child on this labkit
     env.setdefault(CLOCK_ENV, LESSON_INSTANT)
-    # Works from a clone without an installed package, and keeps the child on this labkit.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     env.update(extra or {})
     return env
 
@@ -144,8 +141,8 @@ def race_commands(
                     argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(env)
                 )
                 children.append(child)
-                threading.Thread(target=_pump, args=(child.stdout, index, events), daemon=True).start()
-                threading.Thread(target=_collect, args=(child.stderr, errors[index]), daemon=True).start()
+                pump(child.stdout, events, index)
+                collect(child.stderr, errors[index])
             # A child that needs the lock before its first line (a new run) gives up after the
             # busy timeout and exits, so this wait cannot last forever.
             backlog = _wait_for_first_lines(events, lines, timeout) if holder is not None else []
@@ -161,16 +158,6 @@ def race_commands(
         child.wait(timeout=timeout)
         outcomes.append(ChildOutcome(shown, child.returncode, "".join(printed), "".join(stderr)))
     return outcomes
-
-
-def _pump(stream, index: int, events: queue.Queue) -> None:
-    for line in stream:
-        events.put((index, line))
-    events.put((index, None))
-
-
-def _collect(stream, into: list[str]) -> None:
-    into.extend(stream)
 
 
 def _wait_for_first_lines(events: queue.Queue, lines: list[list[str]], timeout: float) -> list[tuple[int, str | None]]:

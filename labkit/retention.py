@@ -32,7 +32,6 @@ Taught in 11_capacity_and_retention.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import sqlite3
 from collections.abc import Callable, Iterable, Mapping
@@ -47,6 +46,7 @@ from .contract import MAX_RESPONSE_BYTES, check_evidence
 from .database import read_transaction, require_write_transaction, transaction, translate
 from .errors import BadInput, EvidenceRejected, InconsistentRun, RunFailure, UnknownRun, shown
 from .jsontext import canonical_json
+from .jsontext import sha256_hex as _sha256
 from .redaction import Redaction, redact, redact_document
 
 if TYPE_CHECKING:
@@ -97,10 +97,6 @@ KEPT, REMOVED, NONE, MISSING = "kept", "removed", "none", "missing"
 def location_for(incident: str) -> str:
     """Where a run's raw diagnostic is kept: a table and a key in the same database file."""
     return f"diagnostics/{incident}"
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 # --------------------------------------------------------------------------- keeping evidence

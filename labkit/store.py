@@ -17,7 +17,6 @@ and 04_rollback.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 from collections.abc import Mapping
@@ -41,6 +40,7 @@ from .database import (
 )
 from .errors import InconsistentRun, NotALabDatabase, SchemaVersionMismatch, StaleTransition, StepOrderError
 from .jsontext import JsonProblem, canonical_json, strict_loads
+from .jsontext import sha256_hex as _sha256
 from .steps import Step
 
 #: Written into the file header (``PRAGMA application_id``) so that labkit can tell its own
@@ -279,10 +279,6 @@ class Evidence:
 def evidence_digest(body: dict) -> str:
     """sha256 of the canonical JSON: the identity a receipt records for the evidence it used."""
     return _sha256(canonical_json(body))
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _run_from_row(row: sqlite3.Row) -> Run:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import errno
-import hashlib
 import json
 import os
 import queue
@@ -58,10 +57,21 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 from . import store as checkpoint_store
+from .children import collect, pump
 from .clock import Clock, clock_from_env
-from .database import check_path, open_database, quick_check, read_transaction, schema_made_by, set_wal, transaction, translate
-from .errors import BadInput, DatabaseUnavailable, LabError, RunFailure, shown
-from .jsontext import JsonProblem, canonical_json, strict_loads
+from .database import (
+    check_path,
+    names_a_folder,
+    open_database,
+    quick_check,
+    read_transaction,
+    schema_made_by,
+    set_wal,
+    transaction,
+    translate,
+)
+from .errors import BadInput, DatabaseUnavailable, LabError, RunFailure, one_line, shown
+from .jsontext import JsonProblem, canonical_json, sha256_hex, strict_loads
 from .processes import child_env
 
 if TYPE_CHECKING:  # httpx is imported where a request is made: `run` children that open no ticket never pay for it
@@ -211,7 +221,7 @@ def store_rows(path: str | Path) -> list[dict[str, Any]]:
 
 def request_digest(request: Mapping[str, object]) -> str:
     """The request's fingerprint: sha256 of its canonical JSON (the draft's "checksum of the entire payload")."""
-    return hashlib.sha256(canonical_json(request).encode("utf-8")).hexdigest()
+    return sha256_hex(canonical_json(request))
 
 
 # --------------------------------------------------------------------------- the HTTP server
@@ -277,7 +287,7 @@ class TicketServer(ThreadingHTTPServer):
         error = sys.exc_info()[1]
         if isinstance(error, ConnectionError | TimeoutError):
             return
-        print(f"ticket service: {type(error).__name__}: {' '.join(str(error).splitlines())}", file=sys.stderr, flush=True)
+        print(f"ticket service: {type(error).__name__}: {one_line(error)}", file=sys.stderr, flush=True)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -326,7 +336,7 @@ class _Handler(BaseHTTPRequestHandler):
         except _Problem as problem:
             self._send_problem(problem)
         except (sqlite3.Error, LabError) as error:  # a GET that could not read the store
-            self._send_problem(_Problem(503, "Service Unavailable", f"cannot read the store: {' '.join(str(error).splitlines())[:200]}"))
+            self._send_problem(_Problem(503, "Service Unavailable", f"cannot read the store: {one_line(error)[:200]}"))
 
     def _list(self, query: str) -> list[dict[str, Any]]:
         params = parse_qs(query, keep_blank_values=True)
@@ -359,9 +369,9 @@ class _Handler(BaseHTTPRequestHandler):
         except _Problem:
             raise
         except (DatabaseUnavailable, sqlite3.OperationalError) as error:  # rolled back: nothing was stored
-            raise _Problem(503, "Service Unavailable", f"nothing was stored: {' '.join(str(error).splitlines())[:200]}") from None
+            raise _Problem(503, "Service Unavailable", f"nothing was stored: {one_line(error)[:200]}") from None
         except Exception as error:  # rolled back by transaction(): nothing was stored
-            print(f"ticket service: {type(error).__name__}: {' '.join(str(error).splitlines())}", file=sys.stderr, flush=True)
+            print(f"ticket service: {type(error).__name__}: {one_line(error)}", file=sys.stderr, flush=True)
             raise _Problem(500, "Internal Server Error", "nothing was stored") from None
         # Committed. From here on the ticket exists, whatever the client hears.
         if fault == SLOW:
@@ -514,7 +524,7 @@ def _check_request(data: bytes) -> dict[str, str]:
 def _store_path(text: str) -> Path:
     if not text:
         raise argparse.ArgumentTypeError("the store path is empty")
-    if text.endswith(os.sep):
+    if names_a_folder(text):
         raise argparse.ArgumentTypeError(f"{shown(text)} ends with a slash, so it names a folder; give a file path")
     return Path(text)
 
@@ -865,12 +875,11 @@ class TicketService:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(self.env),
         )
         _RUNNING.add(self)
-        lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=_pump_stdout, args=(self.child.stdout, lines), daemon=True).start()
-        self._stderr_reader = threading.Thread(target=_collect, args=(self.child.stderr, self._stderr), daemon=True)
-        self._stderr_reader.start()
+        lines: queue.Queue[tuple[str | None]] = queue.Queue()
+        pump(self.child.stdout, lines)  # the URL, then nothing: still read, so that the pipe cannot fill
+        self._stderr_reader = collect(self.child.stderr, self._stderr)
         try:
-            first = lines.get(timeout=self.start_timeout)
+            (first,) = lines.get(timeout=self.start_timeout)
         except queue.Empty:
             first = None
         if first is None or not first.startswith(f"http://{HOST}:"):
@@ -951,18 +960,6 @@ class TicketService:
     def store_rows(self) -> list[dict[str, Any]]:
         """The service's own table, read from its file directly (read-only), running or not."""
         return store_rows(self.store)
-
-
-def _pump_stdout(stream, lines: queue.Queue) -> None:
-    first = stream.readline()
-    lines.put(first or None)
-    for _ in stream:  # nothing more is expected; keep the pipe from filling all the same
-        pass
-
-
-def _collect(stream, into: list[str]) -> None:
-    for line in stream:
-        into.append(line)
 
 
 @atexit.register

@@ -30,7 +30,6 @@ import json
 import math
 import os
 import queue
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -45,6 +44,7 @@ from typing import Any, TextIO
 
 from . import contract
 from .assessments import latest_assessment_txn
+from .children import ended, pump, this_labkit
 from .clock import Clock, ManualClock, SystemClock, parse_instant
 from .coordinator import WORKFLOW_VERSION, Coordinator, decision_inputs_of
 from .crashpoints import LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint
@@ -53,10 +53,14 @@ from .errors import (
     BadInput,
     InconsistentRun,
     LabError,
+    RunFailure,
     StepOrderError,
     UnknownCrashPoint,
     UnknownIncident,
     WorkflowVersionMismatch,
+    error_line,
+    one_line,
+    report,
     shown,
 )
 from .leases import (
@@ -395,16 +399,10 @@ def _check_incidents(incidents: Sequence[str], known: list[str]) -> list[str]:
 # the evidence contract uses no formats, so the worker lets that import fail.
 _CHILD = ("import sys; sys.modules.setdefault('rfc3987_syntax', None); "
           "from labkit.worker import worker_process; sys.exit(worker_process(sys.argv[1:]))")
-_PACKAGE_ROOT = str(Path(__file__).resolve().parent.parent)
-
-
 def _spawn(args: list[str]) -> subprocess.Popen:
-    env = dict(os.environ)
-    # The workers run this very labkit, installed or not.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
     return subprocess.Popen(
         [sys.executable, "-c", _CHILD, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True, env=env,
+        text=True, env=this_labkit(),  # the workers run this very labkit, installed or not
     )
 
 
@@ -415,16 +413,6 @@ def _send(child: subprocess.Popen, line: str) -> None:
         child.stdin.flush()
     except (BrokenPipeError, OSError, ValueError):
         pass  # the worker is gone already; its end is reported with the others
-
-
-def _pump(stream: TextIO, index: int, kind: str, events: queue.Queue) -> None:
-    for line in stream:
-        events.put((index, kind, line.rstrip("\n")))
-    events.put((index, kind, None))
-
-
-def _died(code: int) -> str:
-    return f"killed by {signal.Signals(-code).name}" if code < 0 else f"exit {code}"
 
 
 def work(
@@ -502,13 +490,14 @@ def work(
             child = _spawn([*common, "--number", str(number), *extra])
             children.append(child)
             print(f"worker {number} started (pid {child.pid})", file=out, flush=True)
-            for stream, kind in ((child.stdout, "out"), (child.stderr, "err")):
-                threading.Thread(target=_pump, args=(stream, number, kind, events), daemon=True).start()
+            pump(child.stdout, events, number, "out")
+            pump(child.stderr, events, number, "err")
         # The workers start together, once each has loaded and said so: otherwise the first
         # to load takes the first runs, and the pool is only as wide as start-up allows.
         open_streams, ready, released = 2 * count, set(), False
         while open_streams:
             number, kind, line = events.get()
+            line = line if line is None else line.rstrip("\n")
             if line is None:
                 open_streams -= 1
                 ready.add(number)  # a worker that ended before it was ready holds nobody up
@@ -536,7 +525,7 @@ def work(
                 child.stdin.close()
     for number, code in enumerate(codes, start=1):
         if code < 0:
-            print(f"worker {number} died ({_died(code)})", file=out, flush=True)
+            print(f"worker {number} died ({ended(code)})", file=out, flush=True)
 
     with closing(connect(path, create=False)) as conn, read_transaction(conn):
         left = backlog_txn(conn, incidents=targets).unfinished
@@ -549,10 +538,9 @@ def work(
         return 0
     reported = [code for code in codes if code > 0]
     if not reported:
-        print(f"labkit: failed: {len(left)} runs are not finished ({', '.join(left[:3])}{', ...' * (len(left) > 3)}): "
-              f"every worker ended ({', '.join(_died(code) for code in codes)}); run work again, expired leases are taken over",
-              file=err, flush=True)
-        return 1
+        return report(RunFailure(f"{len(left)} runs are not finished ({', '.join(left[:3])}{', ...' * (len(left) > 3)}): "
+                                 f"every worker ended ({', '.join(ended(code) for code in codes)}); run work again, "
+                                 "expired leases are taken over"), err)
     return max(reported)
 
 
@@ -570,7 +558,7 @@ class _Output:
         with self.lock:
             try:
                 target = stream or sys.stdout
-                print(" ".join(line.splitlines()), file=target, flush=True)
+                print(one_line(line), file=target, flush=True)
             except (BrokenPipeError, ValueError, OSError):
                 self.stop.set()
                 sys.stdout = sys.stderr = open(os.devnull, "w")  # a sink until the process exits
@@ -607,15 +595,14 @@ def worker_process(argv: list[str]) -> int:
         return _work_as(args, output, stop, go)
     except KeyboardInterrupt:
         return 130
-    except LabError as error:
-        output.say(f"labkit: {'error' if error.exit_code == 2 else 'failed'}: worker {args.number}: {error}", sys.stderr)
+    except (LabError, sqlite3.Error) as failure:
+        error = failure if isinstance(failure, LabError) else translate(failure, args.db)
+        output.say(error_line(error, f"worker {args.number}"), sys.stderr)
         return error.exit_code
-    except sqlite3.Error as error:
-        output.say(f"labkit: failed: worker {args.number}: {translate(error, args.db)}", sys.stderr)
-        return 1
     except Exception as error:  # a bug: still one line for the parent to pass on
-        output.say(f"labkit: failed: worker {args.number} stopped on {type(error).__name__}: {error}", sys.stderr)
-        return 1
+        stopped = RunFailure(f"worker {args.number} stopped on {type(error).__name__}: {error}")
+        output.say(error_line(stopped), sys.stderr)
+        return stopped.exit_code
 
 
 def _work_as(args: argparse.Namespace, output: _Output, stop: threading.Event, go: threading.Event) -> int:
@@ -677,7 +664,7 @@ def _lease_loop(worker: LeasedWorker, incidents: list[str] | None, failed_after:
                 worker.release(lease, failure=f"{type(error).__name__}: {error}")
             except (LabError, sqlite3.Error):
                 pass  # it will expire instead
-            output.say(f"labkit: {'error' if error.exit_code == 2 else 'failed'}: {error}", sys.stderr)
+            output.say(error_line(error), sys.stderr)
             code = max(code, error.exit_code)
     return code
 
@@ -844,7 +831,7 @@ def _measure_once(db: Path, flow: str, n: int, delay: float, incidents: Sequence
             child.stdin.close()
             error = child.stderr.read()
             if child.wait(timeout=60) != 0:
-                raise RuntimeError(f"a measuring worker failed ({_died(child.returncode)}): {error.strip()}")
+                raise RuntimeError(f"a measuring worker failed ({ended(child.returncode)}): {error.strip()}")
     finally:
         for child in children:
             if child.poll() is None:

@@ -415,6 +415,31 @@ def test_bad_options_are_refused_in_one_line(store, service):
         assert words in done.stderr, done.stderr
 
 
+def test_a_refusal_with_a_line_break_in_its_reason_is_still_one_line(store, monkeypatch, capsys):
+    """The ticket service's command prints its errors through labkit.errors.error_line, like every command."""
+    from labkit import cli, tickets
+
+    def cannot_listen(*args, **kwargs):
+        raise tickets.CannotListen(8080, "first line\nsecond line")
+
+    monkeypatch.setattr(tickets, "TicketServer", cannot_listen)
+    assert cli.main(["ticket-service", "--store", str(store)]) == 1
+    assert capsys.readouterr() == ("", f"labkit: failed: the ticket service cannot listen on {HOST}:8080: first line second line\n")
+    with pytest.raises(SystemExit) as refused:  # argparse's own message quotes the stray word as typed
+        cli.main(["ticket-service", "--store", str(store), "stray\nword"])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err == "labkit: error: unrecognized arguments: stray word\n"
+
+
+def test_the_service_logs_an_unexpected_error_in_one_line(capsys):
+    try:
+        raise ValueError("first line\nsecond line")
+    except ValueError:
+        tickets_module = sys.modules["labkit.tickets"]
+        tickets_module.TicketServer.handle_error(None, None, None)  # type: ignore[arg-type]
+    assert capsys.readouterr().err == "ticket service: ValueError: first line second line\n"
+
+
 def test_nothing_is_left_running(tmp_path, store):
     """Closing its stdin stops it; so does the atexit hook; so does the parent dying by SIGKILL."""
     service = TicketService(store).start()

@@ -23,12 +23,14 @@ import random
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from contextlib import closing
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -420,3 +422,66 @@ def test_soak_many_trials_of_random_kills_and_stalls(tmp_path):
           f"{totals['kills']} SIGKILLs, {totals['stalls']} SIGSTOP stalls past a lease; {totals['refused']} stale commits "
           f"refused, {totals['taken_over']} expired leases taken over; every run completed with one receipt, "
           "no stale commit accepted")
+
+
+# --------------------------------------------------------------------------- one error line (labkit.errors.error_line)
+
+
+@pytest.fixture
+def worker_module(monkeypatch):
+    """labkit.worker with its stdin watcher switched off: the test, not a parent, owns stdin."""
+    from labkit import worker
+
+    monkeypatch.setattr(worker, "_watch_parent", lambda stop, go: None)
+    return worker
+
+
+def _failing_with(worker_module, monkeypatch, error: BaseException) -> None:
+    def fail(*args):
+        raise error
+
+    monkeypatch.setattr(worker_module, "_work_as", fail)
+
+
+def test_a_worker_reports_its_error_in_one_line_with_the_code_of_its_class(worker_module, monkeypatch, capsys):
+    _failing_with(worker_module, monkeypatch, labkit.errors.BadInput("first line\nsecond line"))
+    assert worker_module.worker_process(["--db", "x.db", "--number", "3"]) == 2
+    assert capsys.readouterr().err == "labkit: error: worker 3: first line second line\n"
+    _failing_with(worker_module, monkeypatch, labkit.errors.ProviderUnavailable("INC-1001", "down\nfor now"))
+    assert worker_module.worker_process(["--db", "x.db", "--number", "1"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("labkit: failed: worker 1: ") and "down for now" in line
+
+
+def test_a_worker_classifies_a_sqlite_error_as_the_command_line_does(worker_module, monkeypatch, capsys):
+    """Damage is bad input (exit 2, `error`) in a worker too: before, every SQLite error there was `failed`, exit 1."""
+    damaged = sqlite3.DatabaseError("database disk image is malformed\n(page 7)")
+    damaged.sqlite_errorcode = sqlite3.SQLITE_CORRUPT  # type: ignore[attr-defined]
+    _failing_with(worker_module, monkeypatch, damaged)
+    assert worker_module.worker_process(["--db", "x.db", "--number", "2"]) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("labkit: error: worker 2: ") and "malformed (page 7)" in line
+
+
+def test_a_worker_that_stops_on_a_bug_says_so_in_one_line(worker_module, monkeypatch, capsys):
+    _failing_with(worker_module, monkeypatch, KeyError("a\nb"))
+    assert worker_module.worker_process(["--db", "x.db", "--number", "4"]) == 1
+    assert capsys.readouterr().err == "labkit: failed: worker 4 stopped on KeyError: 'a\\nb'\n"
+
+
+def test_a_run_that_fails_under_lease_is_one_line_and_the_worker_goes_on(worker_module, capsys):
+    stop = threading.Event()
+
+    class Worker:  # stands in for LeasedWorker: one lease, whose finish is refused
+        def claim_next(self, incidents, failed_after):
+            return SimpleNamespace(incident="INC-1001")
+
+        def finish(self, lease, renew):
+            raise labkit.errors.EvidenceRejected("INC-1001", "queue", "missing\nhere")
+
+        def release(self, lease, failure):
+            stop.set()
+
+    assert worker_module._lease_loop(Worker(), None, None, worker_module._Output(stop), stop) == 2
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("labkit: error: ") and "missing here" in line
