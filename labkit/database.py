@@ -292,9 +292,39 @@ def _open_for_reading(path: Path) -> LabConnection:
     return conn
 
 
+#: The longest SQLite waits for the write lock in one go. Python sees a Ctrl-C only when
+#: SQLite's wait returns (SQLite sleeps through signals, and sqlite3_interrupt does not end
+#: a busy wait), so the busy timeout is spent in slices this long, a Ctrl-C answered in one.
+LOCK_WAIT_SLICE_MS = 100
+
+
+def _take_write_lock(conn: sqlite3.Connection) -> None:
+    """``BEGIN IMMEDIATE``, waiting up to the connection's busy timeout as before, in slices."""
+    (total_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    if total_ms <= LOCK_WAIT_SLICE_MS:
+        conn.execute(BEGIN_WRITE)
+        return
+    deadline = time.monotonic() + total_ms / 1000
+    conn.execute(f"PRAGMA busy_timeout = {LOCK_WAIT_SLICE_MS}")
+    try:
+        while True:
+            try:
+                conn.execute(BEGIN_WRITE)
+                return
+            except sqlite3.OperationalError as error:
+                if _primary(error) != SQLITE_BUSY or time.monotonic() >= deadline:
+                    raise
+    finally:
+        # PRAGMA takes no parameters; the value is SQLite's own integer, read above.
+        conn.execute(f"PRAGMA busy_timeout = {int(total_ms)}")
+
+
 @contextmanager
 def _atomic(conn: sqlite3.Connection, begin: str, *, commit: bool) -> Iterator[sqlite3.Connection]:
-    conn.execute(begin)
+    if begin == BEGIN_WRITE:
+        _take_write_lock(conn)
+    else:
+        conn.execute(begin)
     writing = begin == BEGIN_WRITE
     if writing and isinstance(conn, LabConnection):
         conn.in_write_transaction = True

@@ -27,6 +27,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from contextlib import closing
 from pathlib import Path
@@ -34,6 +35,7 @@ from pathlib import Path
 import pytest
 
 import labkit
+from labkit.database import LOCK_WAIT_SLICE_MS
 from labkit.processes import child_env
 
 INC = "INC-1001"
@@ -190,3 +192,22 @@ def test_ctrl_c_while_waiting_for_another_writer_does_not_wait_out_the_busy_time
         holder.communicate("\n", timeout=60)
     assert holder.returncode == 0
     assert run_state(lab.db) == ("report_completed", 1, 1), "the holder's run finished untouched"
+
+
+def test_the_wait_for_the_write_lock_still_lasts_the_whole_busy_timeout(lab):
+    """Spent in 0.1 s slices so a Ctrl-C is seen; a writer still waits past a slice, then writes."""
+    holder = start("run", "--db", lab.db, "--incident", INC, "--pause-at", "before_evidence_commit")
+    assert "holding the write lock" in wait_for(holder.stdout, "paused at")[-1]
+    # Let the holder go on after five slices, from another thread, while this one waits.
+    release = threading.Timer(5 * LOCK_WAIT_SLICE_MS / 1000, holder.communicate, args=("\n",))
+    with closing(lab.connect()) as waiter:
+        busy_ms = waiter.execute("PRAGMA busy_timeout").fetchone()[0]
+        assert busy_ms > 20 * LOCK_WAIT_SLICE_MS
+        release.start()
+        with labkit.transaction(waiter):
+            step = waiter.execute("SELECT step FROM runs WHERE incident = ?", (INC,)).fetchone()[0]
+        assert waiter.execute("PRAGMA busy_timeout").fetchone()[0] == busy_ms, "the connection's own timeout is back"
+    release.join()
+    # The holder's next transactions may come before the waiter's next try: either is after.
+    assert step in ("evidence_recorded", "report_completed"), "the waiter got the lock only once the holder had committed"
+    assert holder.returncode == 0
