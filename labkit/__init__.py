@@ -29,7 +29,7 @@ and, for lessons: :mod:`labkit.naive` (deliberately broken variants that 04 and 
 (a lesson's own temporary database), :mod:`labkit.display` (pandas tables).
 """
 
-from .assessments import Assessment, reevaluate
+from .assessments import Assessment
 from .clock import ManualClock, SystemClock, TickingClock
 from .contract import CONTRACT, MAX_RESPONSE_BYTES, check_evidence
 from .coordinator import WORKFLOW_VERSION, Coordinator, DriveResult
@@ -104,7 +104,7 @@ from .retention import Diagnostic, RetentionReport, diagnostic_of, retain
 from .status import status_of
 from .steps import Step
 from .store import SCHEMA_VERSION, Evidence, Run, connect, connect_readonly
-from .versioning import SUPPORTED_VERSIONS, Migration, MigrationRefused, UnsupportedVersion, migrate, migration_log
+from .versioning import SUPPORTED_VERSIONS, Migration, MigrationRefused, UnsupportedVersion, migrate, migration_log, reevaluate
 from .worker import LeasedWorker
 from .workspace import Workspace
 

@@ -52,31 +52,10 @@ from .clock import Clock, iso_milliseconds, parse_instant
 from .database import read_transaction, require_write_transaction, transaction
 from .errors import BadInput, RunFailure, StepOrderError, UnknownRun, WorkflowVersionMismatch, shown
 from .steps import Step
+from .store import connect_readonly
 from .versioning import CURRENT_VERSION
 
-#: Schema version 5 (store.MIGRATIONS applies these once; never edited). The run keeps the
-#: token of its latest lease: the fence compares it in the same row as the state version.
-RUNS_LEASE_TOKEN_V5 = "ALTER TABLE runs ADD COLUMN lease_token INTEGER REFERENCES leases (token)"
-LEASES_TABLE_V5 = """CREATE TABLE leases (
-            token       INTEGER PRIMARY KEY AUTOINCREMENT,  -- the fencing token: grows with every claim, never reused
-            incident    TEXT NOT NULL REFERENCES runs (incident),
-            worker      TEXT NOT NULL,
-            claimed_at  TEXT NOT NULL,
-            expires_at  TEXT NOT NULL,                      -- moved on by each renewal; UTC, to the millisecond
-            replaces    INTEGER REFERENCES leases (token),  -- the expired lease this claim took over
-            ended       TEXT CHECK (ended IN ('completed', 'released', 'failed', 'taken_over')),
-            ended_at    TEXT,
-            CHECK ((ended IS NULL) = (ended_at IS NULL))
-        ) STRICT"""
-LEASE_EVENTS_TABLE_V5 = """CREATE TABLE lease_events (
-            seq            INTEGER PRIMARY KEY AUTOINCREMENT,  -- commit order: every event is written under the write lock
-            token          INTEGER NOT NULL REFERENCES leases (token),
-            incident       TEXT NOT NULL REFERENCES runs (incident),
-            event          TEXT NOT NULL CHECK (event IN ('claimed', 'renewed', 'committed', 'refused', 'released', 'failed')),
-            state_version  INTEGER NOT NULL,  -- claimed, renewed: the run's; committed: the new one; refused: the one expected
-            at             TEXT NOT NULL,
-            detail         TEXT NOT NULL DEFAULT ''
-        ) STRICT"""
+#: The tables (``leases``, ``lease_events`` and ``runs.lease_token``) are in labkit.schema.
 
 #: The fenced commit's condition: the WHERE clause of its compare-and-set on ``runs``. The run
 #: is still in the state this worker read (``:expected_version``), and its lease is still this
@@ -525,8 +504,6 @@ def lease_events_txn(conn: sqlite3.Connection, incident: str | None = None) -> l
 
 def lease_log(db: str | Path, incident: str | None = None) -> list[LeaseEvent]:
     """:func:`lease_events_txn` through a read-only connection of its own (for lessons and reports)."""
-    from .store import connect_readonly  # store imports this module for its tables
-
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         return lease_events_txn(conn, incident)
 

@@ -40,7 +40,6 @@ from contextlib import closing
 from dataclasses import dataclass, replace
 from datetime import UTC, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .clock import Clock, parse_instant
 from .contract import MAX_RESPONSE_BYTES, check_evidence
@@ -48,38 +47,10 @@ from .database import read_transaction, require_write_transaction, transaction, 
 from .errors import BadInput, EvidenceRejected, InconsistentRun, RunFailure, UnknownRun, shown
 from .jsontext import canonical_json
 from .redaction import Redaction, redact, redact_document
+from .store import Evidence, connect, connect_readonly, store_evidence_txn
 
-if TYPE_CHECKING:
-    from .store import Evidence
-
-#: Schema version 6 (store.MIGRATIONS applies these once; never edited). The evidence row
-#: names its raw diagnostic by digest and location; NULL on evidence from before they existed.
-EVIDENCE_DIAGNOSTIC_DIGEST_V6 = "ALTER TABLE evidence ADD COLUMN diagnostic_digest TEXT"
-EVIDENCE_DIAGNOSTIC_LOCATION_V6 = "ALTER TABLE evidence ADD COLUMN diagnostic_location TEXT"
-DIAGNOSTICS_TABLE_V6 = """CREATE TABLE diagnostics (
-            incident  TEXT PRIMARY KEY REFERENCES runs (incident),
-            digest    TEXT NOT NULL,   -- sha256 of body; the evidence row names the same digest
-            body      TEXT NOT NULL,   -- the raw diagnostic the provider read, redacted before it was written
-            bytes     INTEGER NOT NULL CHECK (bytes = length(CAST(body AS BLOB))),
-            kept_at   TEXT NOT NULL    -- the evidence's recorded_at: retention counts its age from here
-        ) STRICT"""
-REDACTIONS_TABLE_V6 = """CREATE TABLE redactions (
-            incident  TEXT NOT NULL REFERENCES runs (incident),
-            part      TEXT NOT NULL CHECK (part IN ('evidence', 'diagnostic')),
-            field     TEXT NOT NULL,   -- a dotted path to the field; never the value
-            kind      TEXT NOT NULL,
-            count     INTEGER NOT NULL CHECK (count > 0),
-            PRIMARY KEY (incident, part, field, kind)
-        ) STRICT"""
-RETENTIONS_TABLE_V6 = """CREATE TABLE retentions (
-            seq              INTEGER PRIMARY KEY AUTOINCREMENT,
-            at               TEXT NOT NULL,
-            older_than_days  REAL NOT NULL CHECK (older_than_days >= 0),
-            cutoff           TEXT NOT NULL,   -- raw diagnostics kept before this instant were due
-            removed          INTEGER NOT NULL,
-            removed_bytes    INTEGER NOT NULL,
-            kept_unfinished  INTEGER NOT NULL  -- due, but their run was unfinished: left alone
-        ) STRICT"""
+#: The tables (``diagnostics``, ``redactions``, ``retentions`` and the evidence row's reference
+#: columns) are in labkit.schema.
 
 #: The evidence row is bounded: the summary is at most this many bytes of canonical JSON,
 #: the same bound the contract puts on a provider's response.
@@ -200,8 +171,6 @@ def store_bounded_txn(
     The raw diagnostic's ``kept_at`` is the evidence's ``recorded_at``: one reading of the
     clock for both, so the age retention counts is the evidence's age.
     """
-    from .store import store_evidence_txn
-
     require_write_transaction(conn, "store_bounded_txn")
     evidence = store_evidence_txn(conn, incident, contract, bounded.body, clock, inputs, record_assessment=record_assessment,
                                   diagnostic=(bounded.diagnostic_digest, location_for(incident)))
@@ -277,16 +246,12 @@ def diagnostic_txn(conn: sqlite3.Connection, incident: str) -> Diagnostic:
 
 def diagnostic_of(db: str | Path, incident: str) -> Diagnostic:
     """:func:`diagnostic_txn` on a database path, read only."""
-    from .store import connect_readonly
-
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         return diagnostic_txn(conn, incident)
 
 
 def redactions_of(db: str | Path | sqlite3.Connection, incident: str | None = None) -> list[dict[str, object]]:
     """The redaction record: one dict per (incident, part, field, kind) with its count; never a value."""
-    from .store import connect_readonly
-
     def rows(conn: sqlite3.Connection) -> list[dict[str, object]]:
         where, params = ("WHERE incident = ?", (incident,)) if incident is not None else ("", ())
         cursor = conn.execute(f"SELECT incident, part, field, kind, count FROM redactions {where} ORDER BY incident, part, field, kind",
@@ -459,8 +424,6 @@ def retain(
     Bad input (days that are negative, NaN or not a number; a path that is not a labkit
     database) is refused before anything is written.
     """
-    from .store import connect
-
     days = check_days(older_than_days)
     with closing(connect(db, create=False)) as conn:
         before = database_bytes(conn)
@@ -483,7 +446,5 @@ def retain(
 
 def retentions_of(db: str | Path) -> list[dict[str, object]]:
     """The retention log, oldest first: one dict per retention run."""
-    from .store import connect_readonly
-
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         return [dict(row) for row in conn.execute("SELECT * FROM retentions ORDER BY seq")]
