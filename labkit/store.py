@@ -230,21 +230,44 @@ def create_run_txn(conn: sqlite3.Connection, incident: str, workflow_version: in
     return Run(incident, workflow_version, Step.NOT_INSPECTED, 0, at, at)
 
 
-def advance_txn(conn: sqlite3.Connection, run: Run, to: Step, clock: Clock) -> Run:
+#: The compare-and-set of a transition: the run is still at the step and state version its
+#: caller read. A fenced commit (:class:`Fence`) compares its own condition instead.
+COMPARE_AND_SET = "step = :from_step AND version = :expected_version"
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A lease's fencing token for :func:`advance_txn`: move the run only while that lease is its latest.
+
+    ``condition`` is the WHERE clause that replaces :data:`COMPARE_AND_SET`; labkit's is
+    :data:`labkit.leases.FENCE` (the same state version, and the run's ``lease_token`` still
+    ``:token``). 10_leases_and_fencing's exercise has the learner write it.
+    """
+
+    token: int
+    condition: str
+
+
+def advance_txn(conn: sqlite3.Connection, run: Run, to: Step, clock: Clock, *, fence: Fence | None = None) -> Run:
     """Compare-and-set: move ``run`` one step forward to ``to``, only if it is still where ``run`` says.
 
     A move that is not exactly the next step is refused before any write
     (:class:`~labkit.errors.StepOrderError`); the database's trigger refuses it too. The
     WHERE clause carries the step and version we read; if another worker moved the run in
-    between, no row matches and we refuse rather than overwrite its progress.
+    between, no row matches and we refuse (:class:`~labkit.errors.StaleTransition`) rather
+    than overwrite its progress. With ``fence``, the WHERE clause is the fence's condition:
+    the same predicate with the lease's token (:func:`labkit.leases.fenced_advance_txn`).
+    Either way the move writes its ``transitions`` row in the same transaction.
     """
     require_write_transaction(conn, "advance_txn")
     if run.step.next is not to:
         raise StepOrderError(run.incident, run.step.value, f"move to {to.value}")
     at = clock.now()
+    condition = COMPARE_AND_SET if fence is None else fence.condition
     cursor = conn.execute(
-        "UPDATE runs SET step = ?, version = version + 1, updated_at = ? WHERE incident = ? AND step = ? AND version = ?",
-        (to.value, at, run.incident, run.step.value, run.version),
+        f"UPDATE runs SET step = :to, version = version + 1, updated_at = :at WHERE incident = :incident AND ({condition})",
+        {"to": to.value, "at": at, "incident": run.incident, "from_step": run.step.value, "expected_version": run.version,
+         "token": None if fence is None else fence.token},
     )
     if cursor.rowcount != 1:
         raise StaleTransition(run.incident, run.step.value, run.version)

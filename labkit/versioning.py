@@ -39,7 +39,7 @@ from . import provider
 from .assessments import DECISION_INPUTS, Assessment, latest_assessment_txn, record_assessment_txn
 from .clock import Clock
 from .database import read_transaction, require_write_transaction, transaction
-from .errors import BadInput, UnknownRun
+from .errors import BadInput, UnknownRun, WorkflowVersionMismatch
 from .jsontext import canonical_json
 from .steps import Step
 from .store import connect, connect_readonly, find_run_txn, list_runs_txn, load_evidence_txn
@@ -83,6 +83,17 @@ class Migration:
     runs: list[str]
     at: str
     reason: str
+
+
+def check_run_version(incident: str, found: int, expected: int = CURRENT_VERSION) -> None:
+    """The one workflow-version check: a run written by another version is refused.
+
+    Its step would mean whatever that version meant by it; reading it as ours would be a
+    guess. The coordinator (:meth:`labkit.Coordinator.check_version`), a lease's claim and
+    ``python -m labkit work`` all ask here (02_three_states, 08_versioning).
+    """
+    if found != expected:
+        raise WorkflowVersionMismatch(incident, found, expected)
 
 
 def check_supported(version: int) -> int:
