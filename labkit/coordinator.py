@@ -23,15 +23,15 @@ from . import contract
 from .assessments import Assessment, latest_assessment_txn
 from .clock import Clock, SystemClock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
-from .database import read_transaction, transaction
+from .database import read_transaction, require_write_transaction, transaction
 from .effects import Effect, open_ticket, operation_key, reconciliation_decision, record_intent_txn, ticket_request
 from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun
 from .provider import ReadAdapter, Reading, read_with_diagnostic
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
-from .retention import bound_evidence, store_bounded_txn
+from .retention import bound_evidence, keep_diagnostic_txn
 from .steps import Step
-from .store import Evidence, Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn
+from .store import Evidence, Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn, store_evidence_txn
 from .versioning import CURRENT_VERSION, check_run_version, check_supported
 
 if TYPE_CHECKING:
@@ -70,10 +70,14 @@ def record_evidence_txn(
     decision inputs and the original assessment is recorded with it; the previous release
     (version 1) recorded neither.
     """
+    require_write_transaction(conn, "record_evidence_txn")
     current = workflow_version >= 2
-    bounded = bound_evidence(incident, body, diagnostic)
-    return store_bounded_txn(conn, incident, contract.CONTRACT, bounded, clock, decision_inputs_of(provider) if current else None,
-                             record_assessment=current)
+    bounded = bound_evidence(incident, body, diagnostic)  # redacted and bounded; nothing written yet
+    evidence = store_evidence_txn(conn, incident, contract.CONTRACT, bounded.body, clock,
+                                  decision_inputs_of(provider) if current else None, record_assessment=current,
+                                  diagnostic=bounded.reference(incident))
+    keep_diagnostic_txn(conn, evidence, bounded)
+    return evidence
 
 
 def completion_decision_txn(

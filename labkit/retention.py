@@ -98,6 +98,10 @@ class BoundedEvidence:
     def diagnostic_bytes(self) -> int:
         return len(self.diagnostic.encode("utf-8"))
 
+    def reference(self, incident: str) -> tuple[str, str]:
+        """What the evidence row names the raw diagnostic by: (digest, location)."""
+        return self.diagnostic_digest, location_for(incident)
+
 
 def check_summary_size(incident: str, body: dict) -> int:
     """The summary's size in bytes of canonical JSON, refused (rule ``size-limit``) over :data:`SUMMARY_LIMIT`."""
@@ -146,8 +150,7 @@ def keep_evidence_txn(
 ) -> Evidence:
     """Store a read as bounded evidence with a reference, its raw diagnostic apart, and the redactions.
 
-    What the coordinator calls where it used to store the response alone: :func:`bound_evidence`,
-    then :func:`store_bounded_txn`, inside the caller's write transaction, so evidence, reference,
+    :func:`bound_evidence`, then :func:`store_bounded_txn`, inside the caller's write transaction, so evidence, reference,
     raw diagnostic, redaction record and the step all commit together, or none of them does.
     Returns the stored :class:`~labkit.store.Evidence`.
     """
@@ -168,18 +171,28 @@ def store_bounded_txn(
 ) -> Evidence:
     """Write what :func:`bound_evidence` prepared: evidence row and reference, raw diagnostic, redactions.
 
-    The raw diagnostic's ``kept_at`` is the evidence's ``recorded_at``: one reading of the
-    clock for both, so the age retention counts is the evidence's age.
+    :func:`labkit.store.store_evidence_txn`, then :func:`keep_diagnostic_txn`, as the
+    coordinator's evidence write does (:func:`labkit.coordinator.record_evidence_txn`).
     """
     require_write_transaction(conn, "store_bounded_txn")
     evidence = store_evidence_txn(conn, incident, contract, bounded.body, clock, inputs, record_assessment=record_assessment,
-                                  diagnostic=(bounded.diagnostic_digest, location_for(incident)))
+                                  diagnostic=bounded.reference(incident))
+    keep_diagnostic_txn(conn, evidence, bounded)
+    return evidence
+
+
+def keep_diagnostic_txn(conn: sqlite3.Connection, evidence: Evidence, bounded: BoundedEvidence) -> None:
+    """Beside the evidence row just stored: its raw diagnostic, kept apart, and the redaction record of the read.
+
+    The raw diagnostic's ``kept_at`` is the evidence's ``recorded_at``: one reading of the
+    clock for both, so the age retention counts is the evidence's age.
+    """
+    require_write_transaction(conn, "keep_diagnostic_txn")
     conn.execute(
         "INSERT INTO diagnostics (incident, digest, body, bytes, kept_at) VALUES (?, ?, ?, ?, ?)",
-        (incident, bounded.diagnostic_digest, bounded.diagnostic, bounded.diagnostic_bytes, evidence.recorded_at),
+        (evidence.incident, bounded.diagnostic_digest, bounded.diagnostic, bounded.diagnostic_bytes, evidence.recorded_at),
     )
-    record_redactions_txn(conn, incident, bounded.redactions)
-    return evidence
+    record_redactions_txn(conn, evidence.incident, bounded.redactions)
 
 
 def record_redactions_txn(conn: sqlite3.Connection, incident: str, redactions: tuple[tuple[str, Redaction], ...]) -> None:
