@@ -38,7 +38,7 @@ __version__ = "0.1.0"
 # during those imports lands inside the entry point's handler (labkit/__main__.py), not in a
 # traceback from this file.
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "assessments": ("Assessment", "reevaluate"),
+    "assessments": ("Assessment",),
     "clock": ("ManualClock", "SystemClock", "TickingClock"),
     "contract": ("CONTRACT", "MAX_RESPONSE_BYTES", "check_evidence"),
     "coordinator": ("WORKFLOW_VERSION", "Coordinator", "DriveResult"),
@@ -73,7 +73,9 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "status": ("status_of",),
     "steps": ("Step",),
     "store": ("SCHEMA_VERSION", "Evidence", "Run", "connect", "connect_readonly"),
-    "versioning": ("SUPPORTED_VERSIONS", "Migration", "MigrationRefused", "UnsupportedVersion", "migrate", "migration_log"),
+    "versioning": (
+        "SUPPORTED_VERSIONS", "Migration", "MigrationRefused", "UnsupportedVersion", "migrate", "migration_log", "reevaluate",
+    ),
     "worker": ("LeasedWorker",),
     "workspace": ("Workspace",),
 }

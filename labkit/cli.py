@@ -34,7 +34,6 @@ import sys
 from contextlib import closing
 from pathlib import Path
 
-from .assessments import reevaluate
 from .clock import clock_from_env
 from .coordinator import WORKFLOW_VERSION
 from .crashpoints import CRASH_POINTS, CrashPlan, check_point
@@ -50,7 +49,7 @@ from .retention import check_days, retain
 from .status import status_of
 from .steps import Step
 from .store import connect, connect_readonly, latest_time_txn
-from .versioning import check_supported, migrate, migration_log
+from .versioning import check_supported, migrate, migration_log, reevaluate
 from .worker import DEFAULT_LEASE_SECONDS, work
 from .workspace import reset
 

@@ -23,16 +23,16 @@ from . import contract
 from .assessments import Assessment, latest_assessment_txn
 from .clock import Clock, SystemClock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
-from .database import read_transaction, transaction
+from .database import read_transaction, require_write_transaction, transaction
 from .effects import Effect, open_ticket, operation_key, reconciliation_decision, record_intent_txn, ticket_request
-from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun, WorkflowVersionMismatch
+from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun
 from .provider import ReadAdapter, Reading, read_with_diagnostic
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
-from .retention import keep_evidence_txn
+from .retention import bound_evidence, keep_diagnostic_txn
 from .steps import Step
-from .store import Evidence, Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn
-from .versioning import CURRENT_VERSION, check_supported
+from .store import Evidence, Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn, store_evidence_txn
+from .versioning import CURRENT_VERSION, check_run_version, check_supported
 
 if TYPE_CHECKING:
     from .tickets import KeyLookup
@@ -55,6 +55,66 @@ def decision_inputs_of(provider: ReadAdapter) -> dict[str, object]:
         return {"provider": inputs.get("provider"), "rules_revision": inputs.get("rules_revision"),
                 "prompt_revision": inputs.get("prompt_revision")}
     return {"provider": type(provider).__name__, "rules_revision": None, "prompt_revision": None}
+
+
+def record_evidence_txn(
+    conn: sqlite3.Connection, incident: str, body: dict, diagnostic: bytes | str, provider: ReadAdapter, clock: Clock,
+    workflow_version: int,
+) -> Evidence:
+    """Inside the caller's write transaction: keep a contract-checked reading as the run's evidence.
+
+    The one evidence write of both flows: the coordinator's inspect and the leased worker's
+    fenced commit. The evidence row holds the bounded summary and a reference to the raw
+    diagnostic, which is kept apart; both are redacted before they are written
+    (11_capacity_and_retention). Under workflow version 2 the row carries the adapter's
+    decision inputs and the original assessment is recorded with it; the previous release
+    (version 1) recorded neither.
+    """
+    require_write_transaction(conn, "record_evidence_txn")
+    current = workflow_version >= 2
+    bounded = bound_evidence(incident, body, diagnostic)  # redacted and bounded; nothing written yet
+    evidence = store_evidence_txn(conn, incident, contract.CONTRACT, bounded.body, clock,
+                                  decision_inputs_of(provider) if current else None, record_assessment=current,
+                                  diagnostic=bounded.reference(incident))
+    keep_diagnostic_txn(conn, evidence, bounded)
+    return evidence
+
+
+def completion_decision_txn(
+    conn: sqlite3.Connection, incident: str, workflow_version: int, *, refuse_receipt: bool = True
+) -> tuple[Receipt | None, Evidence, Assessment | None]:
+    """Inside the caller's write transaction: the completion decision for a run at ``evidence_recorded``.
+
+    Returns (the receipt stored for it if any, its evidence, and under workflow version 2 its
+    latest assessment): what the report is built from, never a new read. Refused as
+    inconsistent: evidence or an assessment missing, and (unless ``refuse_receipt`` is False,
+    for a broken variant that never looks) a receipt already there. Shared by the coordinator
+    and the leased worker.
+    """
+    stored = find_receipt_txn(conn, incident)
+    evidence = load_evidence_txn(conn, incident)
+    if evidence is None:
+        raise InconsistentRun(incident, "it is at evidence_recorded but has no evidence")
+    assessment = None
+    if workflow_version >= 2:  # the report says what the latest assessment concluded
+        assessment = latest_assessment_txn(conn, incident)
+        if assessment is None:
+            raise InconsistentRun(incident, "it is at evidence_recorded under workflow version 2 but has no assessment")
+    if refuse_receipt and stored is not None:
+        raise InconsistentRun(incident, "it is at evidence_recorded but already has a receipt")
+    return stored, evidence, assessment
+
+
+def issue_completion_txn(
+    conn: sqlite3.Connection, incident: str, workflow_version: int, evidence: Evidence, assessment: Assessment | None, clock: Clock
+) -> tuple[Receipt, dict]:
+    """Inside the caller's write transaction: the completion's write, the report and its receipt.
+
+    The report is built from the stored evidence and assessment alone; the receipt's primary
+    key is the backstop for a second one (:mod:`labkit.receipts`). Returns (receipt, report).
+    """
+    report = build_report(evidence, assessment)
+    return issue_receipt_txn(conn, incident, workflow_version, report, clock), report
 
 
 @dataclass(frozen=True)
@@ -102,13 +162,8 @@ class Coordinator:
         self.decide = decide  # what a look-up by key means during reconciliation (09's exercise writes one)
 
     def check_version(self, run: Run) -> Run:
-        """The one workflow-version check: a run written by another version is refused.
-
-        Its step would mean whatever that version meant by it; reading it as ours would be
-        a guess (02_three_states, 08_versioning).
-        """
-        if run.workflow_version != self.workflow_version:
-            raise WorkflowVersionMismatch(run.incident, run.workflow_version, self.workflow_version)
+        """The run, unless another workflow version wrote it (:func:`labkit.versioning.check_run_version`)."""
+        check_run_version(run.incident, run.workflow_version, self.workflow_version)
         return run
 
     def load_txn(self, incident: str) -> Run:
@@ -162,14 +217,7 @@ class Coordinator:
         calls it too, with a reading its engine checkpointed, so both keep evidence the same way.
         """
         body = contract.check_evidence(reading.response, run.incident)
-        # The previous release (workflow version 1) recorded neither decision inputs nor an assessment.
-        current = self.workflow_version >= 2
-        # The evidence row holds the bounded summary and a reference to the raw diagnostic,
-        # which is kept apart; both redacted before they are written (11_capacity_and_retention).
-        keep_evidence_txn(
-            self.conn, run.incident, contract.CONTRACT, body, reading.diagnostic, self.clock,
-            decision_inputs_of(self.provider) if current else None, record_assessment=current,
-        )
+        record_evidence_txn(self.conn, run.incident, body, reading.diagnostic, self.provider, self.clock, self.workflow_version)
         return advance_txn(self.conn, run, Step.EVIDENCE_RECORDED, self.clock)
 
     def complete(self, incident: str) -> Receipt:
@@ -183,15 +231,12 @@ class Coordinator:
         # One transaction decides and writes: under the write lock nobody can complete the
         # run between our reading its step and our writing its receipt (06_single_receipt).
         with transaction(self.conn):
-            inputs = self.completion_inputs_txn(incident)
+            inputs = self.completion_inputs_txn(incident, refuse_receipt=True)
             if isinstance(inputs, Receipt):  # completed earlier: its receipt, nothing written
                 return inputs, False
-            run, stored, evidence, assessment = inputs
-            if stored is not None:
-                raise InconsistentRun(incident, "it is at evidence_recorded but already has a receipt")
+            run, _, evidence, assessment = inputs
             self.crash.reached(CrashPoint.BEFORE_RECEIPT_WRITE, self.conn)
-            report = build_report(evidence, assessment)
-            receipt = issue_receipt_txn(self.conn, incident, self.workflow_version, report, self.clock)
+            receipt, report = issue_completion_txn(self.conn, incident, self.workflow_version, evidence, assessment, self.clock)
             self.mark_completed_txn(run, report)
         self.crash.reached(CrashPoint.AFTER_COMPLETION_COMMIT, self.conn)
         return receipt, True
@@ -206,32 +251,27 @@ class Coordinator:
         advance_txn(self.conn, run, Step.REPORT_COMPLETED, self.clock)
         self.crash.reached(CrashPoint.BEFORE_COMPLETION_COMMIT, self.conn)
 
-    def completion_inputs_txn(self, incident: str) -> Receipt | tuple[Run, Receipt | None, Evidence, Assessment | None]:
+    def completion_inputs_txn(
+        self, incident: str, *, refuse_receipt: bool = False
+    ) -> Receipt | tuple[Run, Receipt | None, Evidence, Assessment | None]:
         """Inside the caller's write transaction: what completing ``incident`` starts from.
 
         A completed run gives its stored receipt alone. A run at ``evidence_recorded`` gives
         (run, the receipt stored for it if any, its evidence, and under workflow version 2 its
-        latest assessment). Anything else is refused: a completed run without a receipt, a run
-        at another step, evidence or an assessment missing. Whether a receipt may already exist
-        is the caller's decision (labkit's refuses one; a broken variant never looks).
+        latest assessment): :func:`completion_decision_txn`. Anything else is refused: a completed
+        run without a receipt, a run at another step, evidence or an assessment missing. Whether
+        a receipt may already exist is the caller's decision (labkit's refuses one with
+        ``refuse_receipt``; a broken variant never looks).
         """
         run = self.load_txn(incident)
-        stored = find_receipt_txn(self.conn, incident)
         if run.step is Step.REPORT_COMPLETED:
+            stored = find_receipt_txn(self.conn, incident)
             if stored is None:
                 raise InconsistentRun(incident, "it is at report_completed but has no receipt")
             return stored
         if run.step is not Step.EVIDENCE_RECORDED:
             raise StepOrderError(incident, run.step.value, "complete")
-        evidence = load_evidence_txn(self.conn, incident)
-        if evidence is None:
-            raise InconsistentRun(incident, "it is at evidence_recorded but has no evidence")
-        assessment = None
-        if self.workflow_version >= 2:  # the report says what the latest assessment concluded
-            assessment = latest_assessment_txn(self.conn, incident)
-            if assessment is None:
-                raise InconsistentRun(incident, "it is at evidence_recorded under workflow version 2 but has no assessment")
-        return run, stored, evidence, assessment
+        return (run, *completion_decision_txn(self.conn, incident, self.workflow_version, refuse_receipt=refuse_receipt))
 
     def drive(self, incident: str) -> DriveResult:
         """Take a run from wherever it is recorded to ``report_completed``.

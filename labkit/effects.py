@@ -27,6 +27,7 @@ import hashlib
 import json
 import sqlite3
 from collections.abc import Callable, Mapping
+from contextlib import closing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,24 +36,13 @@ from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import require_write_transaction, transaction
 from .errors import BadInput, RunFailure, UnknownRun
 from .jsontext import canonical_json
+from .store import connect
 
 if TYPE_CHECKING:
     from .tickets import KeyLookup
 
-#: Schema version 4 (store.MIGRATIONS applies it once; never edited). The CHECK holds the
-#: rule the lesson is about: an effect is never done without the destination's ticket.
-EFFECTS_TABLE_V4 = """CREATE TABLE effects (
-            incident       TEXT PRIMARY KEY REFERENCES runs (incident),
-            operation_key  TEXT NOT NULL UNIQUE,   -- the Idempotency-Key of every request for this effect
-            request        TEXT NOT NULL,          -- the body sent under that key (JSON): a resend is identical
-            state          TEXT NOT NULL CHECK (state IN ('intended', 'uncertain', 'done', 'resolved')),
-            ticket         TEXT,                   -- the destination's ticket id
-            attempts       INTEGER NOT NULL DEFAULT 0,
-            last_outcome   TEXT NOT NULL DEFAULT '',
-            reason         TEXT,                   -- a person's resolution
-            updated_at     TEXT NOT NULL,
-            CHECK (state != 'done' OR ticket IS NOT NULL)
-        ) STRICT"""
+#: The ledger's table is in labkit.schema (EFFECTS_TABLE_V4); its CHECK holds the rule the
+#: lesson is about: an effect is never done without the destination's ticket.
 
 #: How long the workflow waits for the ticket service before the outcome is unknown, in s.
 TICKET_TIMEOUT = 1.0
@@ -237,6 +227,8 @@ def open_ticket(
     Only an effect known not to be at the destination is sent, and always under the same
     key and body.
     """
+    # The HTTP client and server module (http.server, ssl): loaded only by a run that opens a
+    # ticket, so that every other command starts without it.
     from .tickets import post_ticket, tickets_for_key
 
     with transaction(conn):
@@ -297,10 +289,6 @@ def _reconcile(conn, effect: Effect, url: str, clock: Clock, timeout: float, tic
 
 def resolve(db, incident: str, ticket: str | None, reason: str, clock: Clock) -> Effect:
     """Record a person's decision about an uncertain effect: the ticket that exists, or none."""
-    from contextlib import closing
-
-    from .store import connect
-
     if not reason.strip():
         raise BadInput("a resolution needs a reason (--reason TEXT): it is a decision someone made")
     if ticket is not None and not ticket.strip():

@@ -681,8 +681,8 @@ MIGRATION_CASES = (
 
 def _previous_release_runs(trial: Workspace, cases: tuple) -> None:
     """Leave each case's run where the previous release would, re-evaluated where the case says."""
-    from .assessments import reevaluate
     from .steps import Step
+    from .versioning import reevaluate
 
     with closing(trial.connect()) as conn:
         old = trial.coordinator(conn, workflow_version=1)
@@ -1500,10 +1500,10 @@ def _driven(space: Workspace, *incidents: str, **options: Any) -> None:
 
 
 def _build_evaluation_cases() -> list[EvaluationCase]:
-    from .assessments import reevaluate
     from .naive import coordinator_class
     from .recovery import recover
     from .tickets import TicketService
+    from .versioning import reevaluate
 
     recovered = Workspace.create("13-case-recovered")
     _killed(recovered, "INC-1007", "after_evidence_commit")
@@ -1579,8 +1579,8 @@ def _dealt_again() -> EvaluationCase:
     The five cases of section 4 are shown with their scores; an answer that looked its
     number up by the incidents it finds would pass them, and not this one.
     """
-    from .assessments import reevaluate
     from .provider import list_incidents
+    from .versioning import reevaluate
 
     if not _DEALT_AGAIN or not _DEALT_AGAIN[0].db.exists():
         space = Workspace.create("13-case-sixteen")

@@ -50,33 +50,12 @@ from pathlib import Path
 
 from .clock import Clock, iso_milliseconds, parse_instant
 from .database import read_transaction, require_write_transaction, transaction
-from .errors import BadInput, RunFailure, StepOrderError, UnknownRun, WorkflowVersionMismatch, shown
+from .errors import BadInput, RunFailure, StaleTransition, StepOrderError, UnknownRun, shown
 from .steps import Step
-from .versioning import CURRENT_VERSION
+from .store import Fence, advance_txn, connect_readonly, find_run_txn
+from .versioning import check_run_version
 
-#: Schema version 5 (store.MIGRATIONS applies these once; never edited). The run keeps the
-#: token of its latest lease: the fence compares it in the same row as the state version.
-RUNS_LEASE_TOKEN_V5 = "ALTER TABLE runs ADD COLUMN lease_token INTEGER REFERENCES leases (token)"
-LEASES_TABLE_V5 = """CREATE TABLE leases (
-            token       INTEGER PRIMARY KEY AUTOINCREMENT,  -- the fencing token: grows with every claim, never reused
-            incident    TEXT NOT NULL REFERENCES runs (incident),
-            worker      TEXT NOT NULL,
-            claimed_at  TEXT NOT NULL,
-            expires_at  TEXT NOT NULL,                      -- moved on by each renewal; UTC, to the millisecond
-            replaces    INTEGER REFERENCES leases (token),  -- the expired lease this claim took over
-            ended       TEXT CHECK (ended IN ('completed', 'released', 'failed', 'taken_over')),
-            ended_at    TEXT,
-            CHECK ((ended IS NULL) = (ended_at IS NULL))
-        ) STRICT"""
-LEASE_EVENTS_TABLE_V5 = """CREATE TABLE lease_events (
-            seq            INTEGER PRIMARY KEY AUTOINCREMENT,  -- commit order: every event is written under the write lock
-            token          INTEGER NOT NULL REFERENCES leases (token),
-            incident       TEXT NOT NULL REFERENCES runs (incident),
-            event          TEXT NOT NULL CHECK (event IN ('claimed', 'renewed', 'committed', 'refused', 'released', 'failed')),
-            state_version  INTEGER NOT NULL,  -- claimed, renewed: the run's; committed: the new one; refused: the one expected
-            at             TEXT NOT NULL,
-            detail         TEXT NOT NULL DEFAULT ''
-        ) STRICT"""
+#: The tables (``leases``, ``lease_events`` and ``runs.lease_token``) are in labkit.schema.
 
 #: The fenced commit's condition: the WHERE clause of its compare-and-set on ``runs``. The run
 #: is still in the state this worker read (``:expected_version``), and its lease is still this
@@ -301,8 +280,7 @@ def claim_txn(conn: sqlite3.Connection, incident: str, worker: str, lease_second
     ).fetchone()
     if row is None:
         raise UnknownRun(incident)
-    if row["workflow_version"] != CURRENT_VERSION:
-        raise WorkflowVersionMismatch(incident, row["workflow_version"], CURRENT_VERSION)
+    check_run_version(incident, row["workflow_version"])
     step = Step(row["step"])
     if step is Step.REPORT_COMPLETED:
         raise RunCompleted(incident)
@@ -467,12 +445,13 @@ def _current_token_txn(conn: sqlite3.Connection, incident: str) -> int | None:
 def fenced_advance_txn(conn: sqlite3.Connection, lease: Lease, clock: Clock, *, condition: str = FENCE) -> Lease:
     """Move the run one step on from where ``lease`` saw it, only if :data:`FENCE` (or ``condition``) holds.
 
-    One UPDATE decides: ``UPDATE runs SET step = next, version = version + 1 ... WHERE
-    incident = :incident AND (condition)``, with ``:expected_version`` and ``:token`` from the
-    lease. On success the transition and a ``committed`` event are written, and the lease
-    is returned as it now stands (the next step, the next version). On refusal nothing but a
-    ``refused`` event is written, and :class:`StaleLease` is raised: the caller should let
-    its transaction commit that event (so the refusal is on record) and then raise it.
+    The store's compare-and-set decides (:func:`labkit.store.advance_txn` with a
+    :class:`~labkit.store.Fence`): ``UPDATE runs SET step = next, version = version + 1 ...
+    WHERE incident = :incident AND (condition)``, with ``:expected_version`` and ``:token``
+    from the lease. On success the transition and a ``committed`` event are written, and the
+    lease is returned as it now stands (the next step, the next version). On refusal nothing
+    but a ``refused`` event is written, and :class:`StaleLease` is raised: the caller should
+    let its transaction commit that event (so the refusal is on record) and then raise it.
 
     ``condition`` is for 10_leases_and_fencing's exercise, where the learner writes it. The
     database's own trigger (one step forward, the version by one) still stands behind it.
@@ -483,25 +462,30 @@ def fenced_advance_txn(conn: sqlite3.Connection, lease: Lease, clock: Clock, *, 
         raise StepOrderError(lease.incident, lease.step.value, "a leased commit")
     action = "evidence commit" if to is Step.EVIDENCE_RECORDED else "completion"
     at, now = _now(clock)
-    cursor = conn.execute(
-        f"UPDATE runs SET step = :to, version = version + 1, updated_at = :at WHERE incident = :incident AND ({condition})",
-        {"to": to.value, "at": at, "incident": lease.incident, "expected_version": lease.state_version, "token": lease.token},
-    )
-    if cursor.rowcount != 1:
-        row = conn.execute("SELECT version, lease_token FROM runs WHERE incident = ?", (lease.incident,)).fetchone()
-        if row is None:
-            raise UnknownRun(lease.incident)
-        version, current = row
+    run = find_run_txn(conn, lease.incident)
+    if run is None:
+        raise UnknownRun(lease.incident)
+    seen = replace(run, step=lease.step, version=lease.state_version)  # the run as this worker read it
+    try:
+        advance_txn(conn, seen, to, _Reading(at), fence=Fence(lease.token, condition))
+    except StaleTransition:
+        version, current = conn.execute("SELECT version, lease_token FROM runs WHERE incident = ?", (lease.incident,)).fetchone()
         _event_txn(conn, lease.token, lease.incident, "refused", lease.state_version, now,
                    f"{action}: expected state version {lease.state_version} under token {lease.token}; "
                    f"found version {version} under token {current}")
-        raise StaleLease(lease.incident, action, lease.token, current, lease.state_version, version)
-    conn.execute(
-        "INSERT INTO transitions (incident, from_step, to_step, state_version, at) VALUES (?, ?, ?, ?, ?)",
-        (lease.incident, lease.step.value, to.value, lease.state_version + 1, at),
-    )
+        raise StaleLease(lease.incident, action, lease.token, current, lease.state_version, version) from None
     _event_txn(conn, lease.token, lease.incident, "committed", lease.state_version + 1, now, to.value)
     return replace(lease, step=to, state_version=lease.state_version + 1)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """One reading of a clock, handed on: a fenced commit's transition and its lease event share the instant."""
+
+    text: str
+
+    def now(self) -> str:
+        return self.text
 
 
 # --------------------------------------------------------------------------- reading the rows
@@ -525,8 +509,6 @@ def lease_events_txn(conn: sqlite3.Connection, incident: str | None = None) -> l
 
 def lease_log(db: str | Path, incident: str | None = None) -> list[LeaseEvent]:
     """:func:`lease_events_txn` through a read-only connection of its own (for lessons and reports)."""
-    from .store import connect_readonly  # store imports this module for its tables
-
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         return lease_events_txn(conn, incident)
 

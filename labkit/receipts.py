@@ -23,14 +23,7 @@ from .database import require_write_transaction
 from .errors import InconsistentRun, ReceiptConflict
 from .jsontext import JsonProblem, canonical_json, strict_loads
 
-#: Schema version 1 of the table (never edited: store.MIGRATIONS applies it once).
-RECEIPTS_TABLE_V1 = """CREATE TABLE receipts (
-            incident         TEXT PRIMARY KEY REFERENCES runs (incident),
-            receipt_id       TEXT NOT NULL UNIQUE,
-            evidence_digest  TEXT NOT NULL,
-            report           TEXT NOT NULL,
-            issued_at        TEXT NOT NULL
-        ) STRICT"""
+#: The table itself is in labkit.schema (RECEIPTS_TABLE_V1).
 
 #: SQLite's extended result codes when a PRIMARY KEY or a UNIQUE column refuses a row: the
 #: receipt id is derived from the run, so a second receipt can meet either first.

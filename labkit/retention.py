@@ -39,7 +39,6 @@ from contextlib import closing
 from dataclasses import dataclass, replace
 from datetime import UTC, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .clock import Clock, parse_instant
 from .contract import MAX_RESPONSE_BYTES, check_evidence
@@ -48,38 +47,10 @@ from .errors import BadInput, EvidenceRejected, InconsistentRun, RunFailure, Unk
 from .jsontext import canonical_json
 from .jsontext import sha256_hex as _sha256
 from .redaction import Redaction, redact, redact_document
+from .store import Evidence, connect, connect_readonly, store_evidence_txn
 
-if TYPE_CHECKING:
-    from .store import Evidence
-
-#: Schema version 6 (store.MIGRATIONS applies these once; never edited). The evidence row
-#: names its raw diagnostic by digest and location; NULL on evidence from before they existed.
-EVIDENCE_DIAGNOSTIC_DIGEST_V6 = "ALTER TABLE evidence ADD COLUMN diagnostic_digest TEXT"
-EVIDENCE_DIAGNOSTIC_LOCATION_V6 = "ALTER TABLE evidence ADD COLUMN diagnostic_location TEXT"
-DIAGNOSTICS_TABLE_V6 = """CREATE TABLE diagnostics (
-            incident  TEXT PRIMARY KEY REFERENCES runs (incident),
-            digest    TEXT NOT NULL,   -- sha256 of body; the evidence row names the same digest
-            body      TEXT NOT NULL,   -- the raw diagnostic the provider read, redacted before it was written
-            bytes     INTEGER NOT NULL CHECK (bytes = length(CAST(body AS BLOB))),
-            kept_at   TEXT NOT NULL    -- the evidence's recorded_at: retention counts its age from here
-        ) STRICT"""
-REDACTIONS_TABLE_V6 = """CREATE TABLE redactions (
-            incident  TEXT NOT NULL REFERENCES runs (incident),
-            part      TEXT NOT NULL CHECK (part IN ('evidence', 'diagnostic')),
-            field     TEXT NOT NULL,   -- a dotted path to the field; never the value
-            kind      TEXT NOT NULL,
-            count     INTEGER NOT NULL CHECK (count > 0),
-            PRIMARY KEY (incident, part, field, kind)
-        ) STRICT"""
-RETENTIONS_TABLE_V6 = """CREATE TABLE retentions (
-            seq              INTEGER PRIMARY KEY AUTOINCREMENT,
-            at               TEXT NOT NULL,
-            older_than_days  REAL NOT NULL CHECK (older_than_days >= 0),
-            cutoff           TEXT NOT NULL,   -- raw diagnostics kept before this instant were due
-            removed          INTEGER NOT NULL,
-            removed_bytes    INTEGER NOT NULL,
-            kept_unfinished  INTEGER NOT NULL  -- due, but their run was unfinished: left alone
-        ) STRICT"""
+#: The tables (``diagnostics``, ``redactions``, ``retentions`` and the evidence row's reference
+#: columns) are in labkit.schema.
 
 #: The evidence row is bounded: the summary is at most this many bytes of canonical JSON,
 #: the same bound the contract puts on a provider's response.
@@ -122,6 +93,10 @@ class BoundedEvidence:
     @property
     def diagnostic_bytes(self) -> int:
         return len(self.diagnostic.encode("utf-8"))
+
+    def reference(self, incident: str) -> tuple[str, str]:
+        """What the evidence row names the raw diagnostic by: (digest, location)."""
+        return self.diagnostic_digest, location_for(incident)
 
 
 def check_summary_size(incident: str, body: dict) -> int:
@@ -171,8 +146,7 @@ def keep_evidence_txn(
 ) -> Evidence:
     """Store a read as bounded evidence with a reference, its raw diagnostic apart, and the redactions.
 
-    What the coordinator calls where it used to store the response alone: :func:`bound_evidence`,
-    then :func:`store_bounded_txn`, inside the caller's write transaction, so evidence, reference,
+    :func:`bound_evidence`, then :func:`store_bounded_txn`, inside the caller's write transaction, so evidence, reference,
     raw diagnostic, redaction record and the step all commit together, or none of them does.
     Returns the stored :class:`~labkit.store.Evidence`.
     """
@@ -193,20 +167,28 @@ def store_bounded_txn(
 ) -> Evidence:
     """Write what :func:`bound_evidence` prepared: evidence row and reference, raw diagnostic, redactions.
 
+    :func:`labkit.store.store_evidence_txn`, then :func:`keep_diagnostic_txn`, as the
+    coordinator's evidence write does (:func:`labkit.coordinator.record_evidence_txn`).
+    """
+    require_write_transaction(conn, "store_bounded_txn")
+    evidence = store_evidence_txn(conn, incident, contract, bounded.body, clock, inputs, record_assessment=record_assessment,
+                                  diagnostic=bounded.reference(incident))
+    keep_diagnostic_txn(conn, evidence, bounded)
+    return evidence
+
+
+def keep_diagnostic_txn(conn: sqlite3.Connection, evidence: Evidence, bounded: BoundedEvidence) -> None:
+    """Beside the evidence row just stored: its raw diagnostic, kept apart, and the redaction record of the read.
+
     The raw diagnostic's ``kept_at`` is the evidence's ``recorded_at``: one reading of the
     clock for both, so the age retention counts is the evidence's age.
     """
-    from .store import store_evidence_txn
-
-    require_write_transaction(conn, "store_bounded_txn")
-    evidence = store_evidence_txn(conn, incident, contract, bounded.body, clock, inputs, record_assessment=record_assessment,
-                                  diagnostic=(bounded.diagnostic_digest, location_for(incident)))
+    require_write_transaction(conn, "keep_diagnostic_txn")
     conn.execute(
         "INSERT INTO diagnostics (incident, digest, body, bytes, kept_at) VALUES (?, ?, ?, ?, ?)",
-        (incident, bounded.diagnostic_digest, bounded.diagnostic, bounded.diagnostic_bytes, evidence.recorded_at),
+        (evidence.incident, bounded.diagnostic_digest, bounded.diagnostic, bounded.diagnostic_bytes, evidence.recorded_at),
     )
-    record_redactions_txn(conn, incident, bounded.redactions)
-    return evidence
+    record_redactions_txn(conn, evidence.incident, bounded.redactions)
 
 
 def record_redactions_txn(conn: sqlite3.Connection, incident: str, redactions: tuple[tuple[str, Redaction], ...]) -> None:
@@ -273,16 +255,12 @@ def diagnostic_txn(conn: sqlite3.Connection, incident: str) -> Diagnostic:
 
 def diagnostic_of(db: str | Path, incident: str) -> Diagnostic:
     """:func:`diagnostic_txn` on a database path, read only."""
-    from .store import connect_readonly
-
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         return diagnostic_txn(conn, incident)
 
 
 def redactions_of(db: str | Path | sqlite3.Connection, incident: str | None = None) -> list[dict[str, object]]:
     """The redaction record: one dict per (incident, part, field, kind) with its count; never a value."""
-    from .store import connect_readonly
-
     def rows(conn: sqlite3.Connection) -> list[dict[str, object]]:
         where, params = ("WHERE incident = ?", (incident,)) if incident is not None else ("", ())
         cursor = conn.execute(f"SELECT incident, part, field, kind, count FROM redactions {where} ORDER BY incident, part, field, kind",
@@ -455,8 +433,6 @@ def retain(
     Bad input (days that are negative, NaN or not a number; a path that is not a labkit
     database) is refused before anything is written.
     """
-    from .store import connect
-
     days = check_days(older_than_days)
     with closing(connect(db, create=False)) as conn:
         before = database_bytes(conn)
@@ -479,7 +455,5 @@ def retain(
 
 def retentions_of(db: str | Path) -> list[dict[str, object]]:
     """The retention log, oldest first: one dict per retention run."""
-    from .store import connect_readonly
-
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         return [dict(row) for row in conn.execute("SELECT * FROM retentions ORDER BY seq")]

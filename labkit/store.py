@@ -11,8 +11,8 @@ transaction themselves, so several of them can share one atomic commit: that is 
 step and its evidence are committed together. The ones that write check that a write
 transaction is open (:func:`labkit.database.require_write_transaction`); a read outside
 any transaction is still one atomic statement. Transactions themselves, and the one call
-of ``sqlite3.connect``, live in :mod:`labkit.database`. Taught in 03_durable_checkpoint
-and 04_rollback.
+of ``sqlite3.connect``, live in :mod:`labkit.database`; every table and the ordered list
+of migrations, in :mod:`labkit.schema`. Taught in 03_durable_checkpoint and 04_rollback.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from . import assessments, effects, leases, receipts, retention, versioning
+from .assessments import record_assessment_txn
 from .clock import Clock
 from .database import (
     check_path,
@@ -41,94 +41,8 @@ from .database import (
 from .errors import InconsistentRun, NotALabDatabase, SchemaVersionMismatch, StaleTransition, StepOrderError
 from .jsontext import JsonProblem, canonical_json, strict_loads
 from .jsontext import sha256_hex as _sha256
+from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, TABLES
 from .steps import Step
-
-#: Written into the file header (``PRAGMA application_id``) so that labkit can tell its own
-#: databases from any other program's: the four bytes spell "LABK".
-APPLICATION_ID = int.from_bytes(b"LABK", "big")
-
-_STEP_RANK_SQL = "CASE {col} WHEN 'not_inspected' THEN 0 WHEN 'evidence_recorded' THEN 1 WHEN 'report_completed' THEN 2 END"
-
-#: Ordered schema changes. Entry n moves the database from schema version n to n+1, in the
-#: same transaction that bumps ``PRAGMA user_version``. Never edit an entry; append one.
-MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    (
-        """CREATE TABLE runs (
-            incident          TEXT PRIMARY KEY,
-            workflow_version  INTEGER NOT NULL,
-            step              TEXT NOT NULL CHECK (step IN ('not_inspected', 'evidence_recorded', 'report_completed')),
-            version           INTEGER NOT NULL DEFAULT 0,  -- bumped by every transition: the compare-and-set token
-            created_at        TEXT NOT NULL,
-            updated_at        TEXT NOT NULL
-        ) STRICT""",
-        """CREATE TABLE evidence (
-            incident     TEXT PRIMARY KEY REFERENCES runs (incident),
-            contract     TEXT NOT NULL,
-            body         TEXT NOT NULL,   -- the validated provider response, canonical JSON
-            digest       TEXT NOT NULL,   -- sha256 of body, so a receipt can name what it was built from
-            recorded_at  TEXT NOT NULL
-        ) STRICT""",
-        receipts.RECEIPTS_TABLE_V1,
-        """CREATE TABLE transitions (
-            seq            INTEGER PRIMARY KEY AUTOINCREMENT,
-            incident       TEXT NOT NULL REFERENCES runs (incident),
-            from_step      TEXT,
-            to_step        TEXT NOT NULL,
-            state_version  INTEGER NOT NULL,
-            at             TEXT NOT NULL
-        ) STRICT""",
-        f"""CREATE TRIGGER runs_step_moves_forward BEFORE UPDATE OF step ON runs
-            WHEN {_STEP_RANK_SQL.format(col='NEW.step')} < {_STEP_RANK_SQL.format(col='OLD.step')}
-            BEGIN SELECT RAISE(ABORT, 'a run''s step may not move backwards'); END""",
-    ),
-    (
-        # Version 1's trigger refused only a backward step; a sideways or skipping one
-        # slipped through. The rule is exactly one step forward, with the state version
-        # moving by one, held by the database as well as by advance_txn.
-        "DROP TRIGGER runs_step_moves_forward",
-        f"""CREATE TRIGGER runs_step_moves_one_forward BEFORE UPDATE OF step ON runs
-            WHEN {_STEP_RANK_SQL.format(col='NEW.step')} IS NOT {_STEP_RANK_SQL.format(col='OLD.step')} + 1
-              OR NEW.version IS NOT OLD.version + 1
-            BEGIN SELECT RAISE(ABORT, 'a run''s step may only move one step forward, its version by one'); END""",
-        f"PRAGMA application_id = {APPLICATION_ID}",
-    ),
-    (
-        # Decision inputs beside each piece of evidence (NULL on rows from before them), the
-        # assessments made from evidence, and the log of workflow-version migrations
-        # (08_versioning). The two tables' DDL lives with the code that owns their rules.
-        "ALTER TABLE evidence ADD COLUMN provider TEXT",
-        "ALTER TABLE evidence ADD COLUMN rules_revision INTEGER",
-        "ALTER TABLE evidence ADD COLUMN prompt_revision TEXT",
-        assessments.ASSESSMENTS_TABLE_V3,
-        versioning.MIGRATIONS_TABLE_V3,
-    ),
-    (
-        # The effect ledger: an action outside the database, under a stable operation key
-        # (09_external_effects). Its DDL lives with the code that owns its rules.
-        effects.EFFECTS_TABLE_V4,
-    ),
-    (
-        # Leases with fencing tokens (10_leases_and_fencing): each run keeps the token of its
-        # latest lease, beside the state version the fenced commit compares with it; the leases
-        # and their events are tables of their own. The DDL lives with the code that owns the rules.
-        leases.LEASES_TABLE_V5,
-        leases.LEASE_EVENTS_TABLE_V5,
-        leases.RUNS_LEASE_TOKEN_V5,
-    ),
-    (
-        # Bounded evidence (11_capacity_and_retention): the evidence row names its raw
-        # diagnostic by digest and location; the raw diagnostics, what redaction replaced in
-        # each read, and the log of retention runs are tables of their own. The DDL lives
-        # with the code that owns the rules (labkit.retention).
-        retention.EVIDENCE_DIAGNOSTIC_DIGEST_V6,
-        retention.EVIDENCE_DIAGNOSTIC_LOCATION_V6,
-        retention.DIAGNOSTICS_TABLE_V6,
-        retention.REDACTIONS_TABLE_V6,
-        retention.RETENTIONS_TABLE_V6,
-    ),
-)
-
-SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def connect(path: str | Path, *, create: bool = True) -> sqlite3.Connection:
@@ -312,21 +226,44 @@ def create_run_txn(conn: sqlite3.Connection, incident: str, workflow_version: in
     return Run(incident, workflow_version, Step.NOT_INSPECTED, 0, at, at)
 
 
-def advance_txn(conn: sqlite3.Connection, run: Run, to: Step, clock: Clock) -> Run:
+#: The compare-and-set of a transition: the run is still at the step and state version its
+#: caller read. A fenced commit (:class:`Fence`) compares its own condition instead.
+COMPARE_AND_SET = "step = :from_step AND version = :expected_version"
+
+
+@dataclass(frozen=True)
+class Fence:
+    """A lease's fencing token for :func:`advance_txn`: move the run only while that lease is its latest.
+
+    ``condition`` is the WHERE clause that replaces :data:`COMPARE_AND_SET`; labkit's is
+    :data:`labkit.leases.FENCE` (the same state version, and the run's ``lease_token`` still
+    ``:token``). 10_leases_and_fencing's exercise has the learner write it.
+    """
+
+    token: int
+    condition: str
+
+
+def advance_txn(conn: sqlite3.Connection, run: Run, to: Step, clock: Clock, *, fence: Fence | None = None) -> Run:
     """Compare-and-set: move ``run`` one step forward to ``to``, only if it is still where ``run`` says.
 
     A move that is not exactly the next step is refused before any write
     (:class:`~labkit.errors.StepOrderError`); the database's trigger refuses it too. The
     WHERE clause carries the step and version we read; if another worker moved the run in
-    between, no row matches and we refuse rather than overwrite its progress.
+    between, no row matches and we refuse (:class:`~labkit.errors.StaleTransition`) rather
+    than overwrite its progress. With ``fence``, the WHERE clause is the fence's condition:
+    the same predicate with the lease's token (:func:`labkit.leases.fenced_advance_txn`).
+    Either way the move writes its ``transitions`` row in the same transaction.
     """
     require_write_transaction(conn, "advance_txn")
     if run.step.next is not to:
         raise StepOrderError(run.incident, run.step.value, f"move to {to.value}")
     at = clock.now()
+    condition = COMPARE_AND_SET if fence is None else fence.condition
     cursor = conn.execute(
-        "UPDATE runs SET step = ?, version = version + 1, updated_at = ? WHERE incident = ? AND step = ? AND version = ?",
-        (to.value, at, run.incident, run.step.value, run.version),
+        f"UPDATE runs SET step = :to, version = version + 1, updated_at = :at WHERE incident = :incident AND ({condition})",
+        {"to": to.value, "at": at, "incident": run.incident, "from_step": run.step.value, "expected_version": run.version,
+         "token": None if fence is None else fence.token},
     )
     if cursor.rowcount != 1:
         raise StaleTransition(run.incident, run.step.value, run.version)
@@ -372,7 +309,7 @@ def store_evidence_txn(
     )
     evidence = Evidence(incident, contract, body, digest, at, *(_typed(provider, str), _typed(rules, int), _typed(prompt, str)))
     if record_assessment and isinstance(body.get("diagnosis"), dict):
-        assessments.record_assessment_txn(conn, incident, "inspection", body["diagnosis"], {**inputs, "contract": contract}, clock)
+        record_assessment_txn(conn, incident, "inspection", body["diagnosis"], {**inputs, "contract": contract}, clock)
     return evidence
 
 
@@ -414,10 +351,6 @@ def latest_time_txn(conn: sqlite3.Connection) -> str | None:
         " UNION ALL SELECT MAX(at) FROM migrations UNION ALL SELECT MAX(updated_at) FROM effects"
         " UNION ALL SELECT MAX(at) FROM retentions)"
     ).fetchone()[0]
-
-
-TABLES = ("runs", "evidence", "receipts", "transitions", "assessments", "migrations", "effects", "leases", "lease_events",
-          "diagnostics", "redactions", "retentions")
 
 
 def snapshot(conn: sqlite3.Connection) -> dict[str, list[tuple]]:

@@ -18,7 +18,11 @@ From 1 to 2 a run at ``not_inspected`` maps as it is (nothing was decided), and 
 run at ``report_completed`` (it is done; its receipt keeps what it said). A run at
 ``evidence_recorded`` maps only if it has an assessment: version 2 would complete it from
 one, and inventing it is exactly the silent reinterpretation versions exist to prevent.
-Finish it under version 1 first, or re-evaluate it (which records one). Taught in
+Finish it under version 1 first, or re-evaluate it (which records one).
+
+Re-evaluation is the other explicit operation on stored rows: :func:`reevaluate` applies a
+newer rules revision to a run's stored observation and records a new assessment beside the
+original (:mod:`labkit.assessments` keeps the assessments and their rule). Taught in
 08_versioning.
 """
 
@@ -31,25 +35,20 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import provider
+from .assessments import DECISION_INPUTS, Assessment, latest_assessment_txn, record_assessment_txn
 from .clock import Clock
 from .database import read_transaction, require_write_transaction, transaction
-from .errors import BadInput
+from .errors import BadInput, UnknownRun, WorkflowVersionMismatch
 from .jsontext import canonical_json
 from .steps import Step
+from .store import connect, connect_readonly, find_run_txn, list_runs_txn, load_evidence_txn
 
 #: The workflow versions this labkit can run; the last is the current one.
 SUPPORTED_VERSIONS = (1, 2)
 CURRENT_VERSION = SUPPORTED_VERSIONS[-1]
 
-#: Schema version 3 (store.MIGRATIONS applies it once; never edited).
-MIGRATIONS_TABLE_V3 = """CREATE TABLE migrations (
-            seq           INTEGER PRIMARY KEY AUTOINCREMENT,
-            from_version  INTEGER NOT NULL,
-            to_version    INTEGER NOT NULL,
-            runs          TEXT NOT NULL,   -- JSON list of the incidents moved
-            at            TEXT NOT NULL,
-            reason        TEXT NOT NULL
-        ) STRICT"""
+#: The migration log's table is in labkit.schema (MIGRATIONS_TABLE_V3).
 
 
 class UnsupportedVersion(BadInput):
@@ -68,6 +67,12 @@ class MigrationRefused(BadInput):
         )
 
 
+class NothingToReevaluate(BadInput):
+    def __init__(self, incident: str, why: str):
+        self.incident = incident
+        super().__init__(f"run {incident!r} cannot be re-evaluated: {why}")
+
+
 @dataclass(frozen=True)
 class Migration:
     """One row of the migration log."""
@@ -78,6 +83,17 @@ class Migration:
     runs: list[str]
     at: str
     reason: str
+
+
+def check_run_version(incident: str, found: int, expected: int = CURRENT_VERSION) -> None:
+    """The one workflow-version check: a run written by another version is refused.
+
+    Its step would mean whatever that version meant by it; reading it as ours would be a
+    guess. The coordinator (:meth:`labkit.Coordinator.check_version`), a lease's claim and
+    ``python -m labkit work`` all ask here (02_three_states, 08_versioning).
+    """
+    if found != expected:
+        raise WorkflowVersionMismatch(incident, found, expected)
 
 
 def check_supported(version: int) -> int:
@@ -120,8 +136,6 @@ def migrate(
     fail half way and show that the transaction leaves nothing half-migrated. ``rule`` replaces
     labkit's mapping rule (:func:`why_not`), for an exercise that writes its own.
     """
-    from .store import connect, list_runs_txn
-
     check_supported(to_version)
     if to_version == SUPPORTED_VERSIONS[0]:
         raise UnsupportedVersion(to_version, "it is the first version: there is nothing to migrate to it from")
@@ -169,11 +183,43 @@ def _log_txn(conn: sqlite3.Connection, from_version: int, to_version: int, runs:
 
 def migration_log(db: str | Path) -> list[Migration]:
     """Every migration made on the database, oldest first."""
-    from .store import connect_readonly
-
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         rows = conn.execute("SELECT * FROM migrations ORDER BY seq").fetchall()
     return [
         Migration(row["seq"], row["from_version"], row["to_version"], json.loads(row["runs"]), row["at"], row["reason"])
         for row in rows
     ]
+
+
+# --------------------------------------------------------------------------- re-evaluation
+
+
+def reevaluate(db: str | Path, incident: str, reason: str, clock: Clock, rules_revision: int | None = None) -> Assessment:
+    """Apply a rules revision to the run's stored observation and record a new assessment beside the old.
+
+    No provider call: the observation is the committed evidence. The evidence, earlier
+    assessments and any receipt stay as they are. ``rules_revision`` defaults to the newest.
+    """
+    if not reason.strip():
+        raise NothingToReevaluate(incident, "a re-evaluation needs a reason (--reason TEXT): it is a decision someone made")
+    revision = provider.LATEST_RULES_REVISION if rules_revision is None else rules_revision
+    if revision not in provider.RULES_REVISIONS:
+        known = ", ".join(map(str, provider.RULES_REVISIONS))
+        raise NothingToReevaluate(incident, f"there is no rules revision {revision} (known: {known})")
+    with closing(connect(db, create=False)) as conn, transaction(conn):
+        if find_run_txn(conn, incident) is None:
+            raise UnknownRun(incident)
+        evidence = load_evidence_txn(conn, incident)
+        if evidence is None:
+            raise NothingToReevaluate(incident, "it has no committed evidence yet (it is at not_inspected); run or recover it first")
+        observation = {key: value for key, value in evidence.body.items() if key != "diagnosis"}
+        diagnosis = provider.assess(observation, revision)
+        if latest_assessment_txn(conn, incident) is None:
+            # A run inspected before assessments existed (workflow version 1): its evidence's own
+            # diagnosis is the original decision; record it first, so the new one stands beside it.
+            original_inputs = {name: getattr(evidence, name) for name in DECISION_INPUTS}
+            record_assessment_txn(conn, incident, "inspection", evidence.body["diagnosis"], original_inputs, clock)
+        inputs = {
+            "provider": provider.REFERENCE_PROVIDER, "rules_revision": revision, "prompt_revision": None, "contract": evidence.contract,
+        }
+        return record_assessment_txn(conn, incident, "reevaluation", diagnosis, inputs, clock, reason=reason)

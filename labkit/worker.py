@@ -43,10 +43,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from . import contract
-from .assessments import latest_assessment_txn
 from .children import ended, pump, this_labkit
 from .clock import Clock, ManualClock, SystemClock, parse_instant
-from .coordinator import WORKFLOW_VERSION, Coordinator, decision_inputs_of
+from .coordinator import WORKFLOW_VERSION, Coordinator, completion_decision_txn, issue_completion_txn, record_evidence_txn
 from .crashpoints import LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint
 from .database import BEGIN_WRITE, check_path, read_transaction, transaction, translate, write_lock
 from .errors import (
@@ -57,7 +56,6 @@ from .errors import (
     StepOrderError,
     UnknownCrashPoint,
     UnknownIncident,
-    WorkflowVersionMismatch,
     error_line,
     one_line,
     report,
@@ -83,11 +81,10 @@ from .leases import (
     renew,
 )
 from .provider import CallLog, ReadAdapter, Reading, ReferenceProvider, call_log_for, list_incidents, provider_delay, read_with_diagnostic
-from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
-from .report import build_report
-from .retention import keep_evidence_txn
+from .receipts import Receipt
 from .steps import Step
-from .store import connect, create_run_txn, has_evidence_txn, list_runs_txn, load_evidence_txn
+from .store import connect, create_run_txn, has_evidence_txn, list_runs_txn
+from .versioning import check_run_version
 
 #: A lease's time to live in ``work`` unless ``--lease-seconds`` says otherwise. Workers renew
 #: at a third of it, so a slow provider never costs a live worker its lease; a killed
@@ -265,10 +262,10 @@ class LeasedWorker:
                     raise InconsistentRun(lease.incident, "it was at not_inspected but already had evidence")
                 if reading.incident != lease.incident:
                     raise ValueError(f"a reading of {reading.incident} cannot be committed to run {lease.incident}")
-                # As the reference flow stores it: the bounded evidence with a reference to the raw
+                # The reference flow's evidence write: bounded evidence with a reference to the raw
                 # diagnostic, kept apart, both redacted before anything is written.
-                keep_evidence_txn(self.conn, lease.incident, contract.CONTRACT, reading.body, reading.diagnostic, self.clock,
-                                  decision_inputs_of(self.provider))
+                record_evidence_txn(self.conn, lease.incident, reading.body, reading.diagnostic, self.provider, self.clock,
+                                    WORKFLOW_VERSION)
                 self.crash.reached(CrashPoint.BEFORE_EVIDENCE_COMMIT, self.conn)
         if refused is not None:
             raise refused
@@ -285,15 +282,9 @@ class LeasedWorker:
             except StaleLease as error:
                 refused = error
             else:
-                evidence = load_evidence_txn(self.conn, lease.incident)
-                if evidence is None:
-                    raise InconsistentRun(lease.incident, "it is at evidence_recorded but has no evidence")
-                if find_receipt_txn(self.conn, lease.incident) is not None:
-                    raise InconsistentRun(lease.incident, "it is at evidence_recorded but already has a receipt")
-                assessment = latest_assessment_txn(self.conn, lease.incident)
-                if assessment is None:
-                    raise InconsistentRun(lease.incident, "it is at evidence_recorded under workflow version 2 but has no assessment")
-                receipt = issue_receipt_txn(self.conn, lease.incident, WORKFLOW_VERSION, build_report(evidence, assessment), self.clock)
+                # The coordinator's completion decision and write; the fence above replaced its step check.
+                _, evidence, assessment = completion_decision_txn(self.conn, lease.incident, WORKFLOW_VERSION)
+                receipt, _ = issue_completion_txn(self.conn, lease.incident, WORKFLOW_VERSION, evidence, assessment, self.clock)
                 end_lease_txn(self.conn, lease, self.clock)
                 self.crash.reached(CrashPoint.BEFORE_COMPLETION_COMMIT, self.conn)
         if refused is not None:
@@ -464,8 +455,8 @@ def work(
                 targets = sorted(set(known) | {i for i, run in runs.items() if run.step is not Step.REPORT_COMPLETED})
             for incident in targets:
                 run = runs.get(incident)
-                if run is not None and run.workflow_version != WORKFLOW_VERSION and run.step is not Step.REPORT_COMPLETED:
-                    raise WorkflowVersionMismatch(incident, run.workflow_version, WORKFLOW_VERSION)
+                if run is not None and run.step is not Step.REPORT_COMPLETED:  # a completed run is left as it is
+                    check_run_version(incident, run.workflow_version, WORKFLOW_VERSION)
             for incident in targets:
                 if incident not in runs:
                     create_run_txn(conn, incident, WORKFLOW_VERSION, clock)

@@ -396,7 +396,7 @@ def test_the_read_invariant_catches_a_read_made_without_a_lease(lab, manual):
 
 
 def test_lease_tables_are_strict_and_come_from_the_appended_migration(lab):
-    from labkit.store import MIGRATIONS, SCHEMA_VERSION
+    from labkit.schema import MIGRATIONS, SCHEMA_VERSION
 
     assert SCHEMA_VERSION == len(MIGRATIONS)
     with closing(lab.connect()) as conn, read_transaction(conn):

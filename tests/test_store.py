@@ -183,3 +183,36 @@ def test_canonical_json_is_one_spelling_per_value():
     from labkit.jsontext import canonical_json
 
     assert canonical_json({"b": 1, "a": [1, 2]}) == canonical_json({"a": [1, 2], "b": 1}) == '{"a":[1,2],"b":1}'
+
+
+# --------------------------------------------------------------------------- the schema's history
+
+
+#: sha256 of each entry of labkit.schema.MIGRATIONS (its statements joined by NUL). A labkit
+#: database is recognised by the SQL text SQLite stored from these statements, so an edited
+#: entry would make every database an older labkit made look foreign: append, never edit.
+MIGRATION_DIGESTS = (
+    "9acc71b58bdce1fd", "8f2be6034992afb8", "29356a9d77b95342", "d1311705b653e5c1", "b6c9be4b5fd425a3", "b88ee7d069519620",
+)
+
+
+def test_no_migration_was_edited():
+    from labkit.schema import MIGRATIONS
+
+    found = tuple(hashlib.sha256("\x00".join(step).encode()).hexdigest()[:16] for step in MIGRATIONS)
+    assert found[: len(MIGRATION_DIGESTS)] == MIGRATION_DIGESTS
+
+
+@pytest.mark.parametrize("version", range(1, labkit.SCHEMA_VERSION))
+def test_a_database_of_every_older_schema_version_is_accepted_and_migrated(folder, version):
+    from labkit.schema import MIGRATIONS
+
+    db = folder / f"v{version}.db"
+    with closing(sqlite3.connect(db, isolation_level=None)) as old:  # what the labkit of that version left
+        for statement in (statement for step in MIGRATIONS[:version] for statement in step):
+            old.execute(statement)
+        old.execute(f"PRAGMA user_version = {version}")
+    with closing(labkit.connect(db)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.SCHEMA_VERSION
+        stored = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+    assert [tuple(row) for row in stored] == labkit.store.expected_schema(labkit.SCHEMA_VERSION)

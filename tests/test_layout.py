@@ -1,0 +1,145 @@
+"""The package's layout, read from its source: labkit's modules import one another without a cycle.
+
+Every import counts, wherever it is written (module level, inside a function, under
+``TYPE_CHECKING``): an import inside a function that dodges a cycle is still a cycle, only
+one that shows up later, at run time. The graph is built with :mod:`ast`, so nothing is
+imported to check it.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "labkit"
+
+#: Groups of modules that still import one another, each sorted. The test fails if one
+#: disappears (remove it here) or a new one appears (break it): the list only ever shrinks.
+#: engines <-> explorer: the engine classes drive runs through the explorer's child helpers, and
+#: the explorer picks an engine; the layout issue (#18) moves both, and this pair with them.
+KNOWN_CYCLES: set[tuple[str, ...]] = {("labkit.engines", "labkit.explorer")}
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
+    if node.level == 0:
+        return node.module or ""
+    base = importer.split(".")
+    if not is_package:
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def import_graph() -> dict[str, set[str]]:
+    """For each labkit module, the labkit modules it imports anywhere in its text."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(tree):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = _resolve(name, is_package, node)
+                # ``from . import store`` names a module; ``from .store import connect`` names its member.
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name and target != "labkit":
+                    graph[name].add(target)
+    return graph
+
+
+def cycle_groups(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
+    """Every group of two or more modules that import one another (directly or not), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: set[tuple[str, ...]] = set()
+
+    def visit(node: str) -> None:  # Tarjan's algorithm; the graph is small enough to recurse
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph[node]):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.add(tuple(sorted(group)))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def shortest_cycle(graph: dict[str, set[str]], group: tuple[str, ...]) -> list[str]:
+    """One shortest import cycle through the group's first module, to name in a failure."""
+    start, members = group[0], set(group)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for succ in sorted(graph[node] & members):
+                if succ == start:
+                    return paths[node] + [start]
+                if succ not in paths:
+                    paths[succ] = paths[node] + [succ]
+                    following.append(succ)
+        frontier = following
+    raise AssertionError(f"{group} is not a cycle")
+
+
+def test_the_graph_sees_imports_at_every_level():
+    graph = import_graph()
+    assert "labkit.store" in graph["labkit.coordinator"]  # module level
+    assert "labkit.tickets" in graph["labkit.cli"]  # inside a function
+
+
+def test_a_cycle_is_found_and_named():
+    graph = {"a": {"b"}, "b": {"c", "d"}, "c": {"a"}, "d": {"b"}, "e": {"a"}}
+    assert cycle_groups(graph) == {("a", "b", "c", "d")}
+    assert shortest_cycle(graph, ("a", "b", "c", "d")) == ["a", "b", "c", "a"]
+
+
+def test_no_import_cycle_in_labkit():
+    graph = import_graph()
+    found = cycle_groups(graph)
+    new = sorted(found - KNOWN_CYCLES)
+    gone = sorted(KNOWN_CYCLES - found)
+    assert not new, "import cycles in labkit: " + "; ".join(" -> ".join(shortest_cycle(graph, group)) for group in new)
+    assert not gone, "these known cycles are gone: remove them from KNOWN_CYCLES: " + "; ".join(map(str, gone))
+
+
+def test_the_schema_imports_nothing_from_labkit():
+    assert import_graph()["labkit.schema"] == set()
+
+
+def test_store_imports_no_later_lesson():
+    later = {"labkit.effects", "labkit.leases", "labkit.receipts", "labkit.retention", "labkit.versioning"}
+    assert not import_graph()["labkit.store"] & later
