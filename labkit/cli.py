@@ -40,7 +40,7 @@ from .crashpoints import CRASH_POINTS, CrashPlan, check_point
 from .database import busy_timeout_ms, check_path, names_a_folder, read_transaction, translate
 from .effects import list_effects_txn
 from .effects import resolve as resolve_effect
-from .errors import EXIT_BAD_INPUT, EXIT_FAILURE, BadInput, LabError, RunFailure, UnknownIncident, report, shown
+from .errors import BadInput, LabError, RunFailure, UnknownIncident, report, shown
 from .evaluation import evaluate
 from .naive import BUGS, CRASH_BUGS, coordinator_class
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
@@ -235,8 +235,8 @@ def main(argv: list[str] | None = None) -> int:
         # Not foreseen by a named error: still one line, the file name quoted so that a
         # newline in it cannot make two. A name the system cannot take is bad input.
         where = f": {shown(error.filename, 200)}" if error.filename else ""
-        report(RunFailure(f"{error.strerror or error}{where}"))
-        return EXIT_BAD_INPUT if error.errno == errno.ENAMETOOLONG else EXIT_FAILURE
+        kind = BadInput if error.errno == errno.ENAMETOOLONG else RunFailure
+        return report(kind(f"{error.strerror or error}{where}"))
 
 
 def _incidents(args) -> int:

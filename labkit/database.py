@@ -84,6 +84,8 @@ class LabConnection(sqlite3.Connection):
 
     path: Path
     in_write_transaction: bool = False
+    #: The busy timeout it was opened with, so a write need not ask SQLite for it each time.
+    busy_timeout_ms: int = BUSY_TIMEOUT_MS
     _file_id: tuple[int, int] | None = None
 
     def close(self) -> None:
@@ -241,7 +243,8 @@ def open_database(path: Path, *, readonly: bool = False) -> LabConnection:
     conn.path = path
     _remember(conn)
     try:
-        conn.execute(f"PRAGMA busy_timeout = {busy_timeout_ms()}")
+        conn.busy_timeout_ms = busy_timeout_ms()
+        conn.execute(f"PRAGMA busy_timeout = {conn.busy_timeout_ms}")
         conn.execute("PRAGMA foreign_keys = ON")
     except sqlite3.Error as error:
         conn.close()
@@ -300,7 +303,7 @@ LOCK_WAIT_SLICE_MS = 100
 
 def _take_write_lock(conn: sqlite3.Connection) -> None:
     """``BEGIN IMMEDIATE``, waiting up to the connection's busy timeout as before, in slices."""
-    (total_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    total_ms = conn.busy_timeout_ms if isinstance(conn, LabConnection) else conn.execute("PRAGMA busy_timeout").fetchone()[0]
     if total_ms <= LOCK_WAIT_SLICE_MS:
         conn.execute(BEGIN_WRITE)
         return
@@ -315,30 +318,32 @@ def _take_write_lock(conn: sqlite3.Connection) -> None:
                 if _primary(error) != SQLITE_BUSY or time.monotonic() >= deadline:
                     raise
     finally:
-        # PRAGMA takes no parameters; the value is SQLite's own integer, read above.
+        # PRAGMA takes no parameters; the value is an integer labkit set or read itself.
         conn.execute(f"PRAGMA busy_timeout = {int(total_ms)}")
 
 
 @contextmanager
 def _atomic(conn: sqlite3.Connection, begin: str, *, commit: bool) -> Iterator[sqlite3.Connection]:
-    if begin == BEGIN_WRITE:
-        _take_write_lock(conn)
-    else:
-        conn.execute(begin)
     writing = begin == BEGIN_WRITE
-    if writing and isinstance(conn, LabConnection):
-        conn.in_write_transaction = True
+    was_open = conn.in_transaction  # then BEGIN fails, and the caller's transaction is not ours to end
     try:
+        if writing:
+            _take_write_lock(conn)
+            if isinstance(conn, LabConnection):
+                conn.in_write_transaction = True
+        else:
+            conn.execute(begin)
         yield conn
         conn.execute("COMMIT" if commit else "ROLLBACK")
     except BaseException:
         # SQLite may already have rolled back on its own (a full disk, an I/O error); a
-        # second ROLLBACK would then raise and hide the error that matters.
-        if conn.in_transaction:
+        # second ROLLBACK would then raise and hide the error that matters. A Ctrl-C may
+        # also arrive just as a slice of the lock wait succeeded: that BEGIN is undone too.
+        if conn.in_transaction and not was_open:
             conn.execute("ROLLBACK")
         raise
     finally:
-        if writing and isinstance(conn, LabConnection):
+        if writing and isinstance(conn, LabConnection) and not was_open:
             conn.in_write_transaction = False
 
 

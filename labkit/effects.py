@@ -23,7 +23,6 @@ lesson's exercise can write its own. Taught in 09_external_effects.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 from collections.abc import Callable, Mapping
@@ -35,7 +34,7 @@ from .clock import Clock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import require_write_transaction, transaction
 from .errors import BadInput, RunFailure, UnknownRun
-from .jsontext import canonical_json
+from .jsontext import canonical_json, sha256_hex
 from .store import connect
 
 if TYPE_CHECKING:
@@ -111,7 +110,7 @@ class EffectConflict(BadInput):
 
 def operation_key(incident: str, workflow_version: int, step: str = "open_ticket") -> str:
     """The effect's identity: the same run, step and workflow version always give the same key."""
-    digest = hashlib.sha256(f"{step}:{incident}:v{workflow_version}".encode()).hexdigest()
+    digest = sha256_hex(f"{step}:{incident}:v{workflow_version}")
     return f"op-{digest[:16]}"
 
 

@@ -14,14 +14,13 @@ sent or any other remote effect: those need their own ledger (09_external_effect
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from dataclasses import dataclass
 
 from .clock import Clock
 from .database import require_write_transaction
 from .errors import InconsistentRun, ReceiptConflict
-from .jsontext import JsonProblem, canonical_json, strict_loads
+from .jsontext import JsonProblem, canonical_json, sha256_hex, strict_loads
 
 #: The table itself is in labkit.schema (RECEIPTS_TABLE_V1).
 
@@ -41,7 +40,7 @@ class Receipt:
 
 def receipt_id_for(incident: str, workflow_version: int) -> str:
     """Derived, not random: the same run always gets the same receipt id, so outputs are stable."""
-    digest = hashlib.sha256(f"receipt:{incident}:v{workflow_version}".encode()).hexdigest()
+    digest = sha256_hex(f"receipt:{incident}:v{workflow_version}")
     return f"rcpt-{digest[:12]}"
 
 

@@ -44,8 +44,7 @@ from .clock import Clock, parse_instant
 from .contract import MAX_RESPONSE_BYTES, check_evidence
 from .database import read_transaction, require_write_transaction, transaction, translate
 from .errors import BadInput, EvidenceRejected, InconsistentRun, RunFailure, UnknownRun, shown
-from .jsontext import canonical_json
-from .jsontext import sha256_hex as _sha256
+from .jsontext import canonical_json, sha256_hex
 from .redaction import Redaction, redact, redact_document
 from .store import Evidence, connect, connect_readonly, store_evidence_txn
 
@@ -130,29 +129,7 @@ def bound_evidence(incident: str, body: dict, diagnostic: bytes | str) -> Bounde
     document = redact_document(raw.decode("utf-8", "replace"))
     text = document.value
     record = tuple(("evidence", r) for r in summary.redactions) + tuple(("diagnostic", r) for r in document.redactions)
-    return BoundedEvidence(kept_body, text, _sha256(text), record)
-
-
-def keep_evidence_txn(
-    conn: sqlite3.Connection,
-    incident: str,
-    contract: str,
-    body: dict,
-    diagnostic: bytes | str,
-    clock: Clock,
-    inputs: Mapping[str, object] | None = None,
-    *,
-    record_assessment: bool = True,
-) -> Evidence:
-    """Store a read as bounded evidence with a reference, its raw diagnostic apart, and the redactions.
-
-    :func:`bound_evidence`, then :func:`store_bounded_txn`, inside the caller's write transaction, so evidence, reference,
-    raw diagnostic, redaction record and the step all commit together, or none of them does.
-    Returns the stored :class:`~labkit.store.Evidence`.
-    """
-    require_write_transaction(conn, "keep_evidence_txn")
-    return store_bounded_txn(conn, incident, contract, bound_evidence(incident, body, diagnostic), clock, inputs,
-                             record_assessment=record_assessment)
+    return BoundedEvidence(kept_body, text, sha256_hex(text), record)
 
 
 def store_bounded_txn(
@@ -242,7 +219,7 @@ def diagnostic_txn(conn: sqlite3.Connection, incident: str) -> Diagnostic:
         return Diagnostic(incident, NONE, None, None)
     row = conn.execute("SELECT digest, body, bytes, kept_at FROM diagnostics WHERE incident = ?", (incident,)).fetchone()
     if row is not None:
-        if row["digest"] != digest or _sha256(row["body"]) != digest:
+        if row["digest"] != digest or sha256_hex(row["body"]) != digest:
             raise InconsistentRun(incident, "its raw diagnostic does not match the digest its evidence names")
         return Diagnostic(incident, KEPT, digest, location, row["bytes"], row["kept_at"], text=row["body"])
     # The first retention run, after the run was completed, whose cutoff had passed it: the

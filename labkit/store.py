@@ -39,8 +39,7 @@ from .database import (
     translate,
 )
 from .errors import InconsistentRun, NotALabDatabase, SchemaVersionMismatch, StaleTransition, StepOrderError
-from .jsontext import JsonProblem, canonical_json, strict_loads
-from .jsontext import sha256_hex as _sha256
+from .jsontext import JsonProblem, canonical_json, sha256_hex, strict_loads
 from .schema import APPLICATION_ID, MIGRATIONS, SCHEMA_VERSION, TABLES
 from .steps import Step
 
@@ -192,7 +191,7 @@ class Evidence:
 
 def evidence_digest(body: dict) -> str:
     """sha256 of the canonical JSON: the identity a receipt records for the evidence it used."""
-    return _sha256(canonical_json(body))
+    return sha256_hex(canonical_json(body))
 
 
 def _run_from_row(row: sqlite3.Row) -> Run:
@@ -298,7 +297,7 @@ def store_evidence_txn(
     require_write_transaction(conn, "store_evidence_txn")
     inputs = dict(inputs or {})
     text = canonical_json(body)
-    digest = _sha256(text)
+    digest = sha256_hex(text)
     at = clock.now()
     provider, rules, prompt = inputs.get("provider"), inputs.get("rules_revision"), inputs.get("prompt_revision")
     diagnostic_digest, diagnostic_location = diagnostic or (None, None)
@@ -326,7 +325,7 @@ def load_evidence_txn(conn: sqlite3.Connection, incident: str) -> Evidence | Non
         body = strict_loads(row["body"])
     except JsonProblem as problem:
         raise InconsistentRun(incident, f"its evidence row is damaged ({problem.reason})") from None
-    if not isinstance(body, dict) or _sha256(row["body"]) != row["digest"]:
+    if not isinstance(body, dict) or sha256_hex(row["body"]) != row["digest"]:
         raise InconsistentRun(incident, "its evidence row does not match its digest")
     return Evidence(
         row["incident"], row["contract"], body, row["digest"], row["recorded_at"],

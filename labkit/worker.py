@@ -104,7 +104,7 @@ class CheckedReading:
     """A provider's answer that passed the evidence contract, not yet committed: a candidate.
 
     ``body`` is the contract-checked response; ``diagnostic`` the raw diagnostic it came
-    from, stored apart and redacted with the evidence (:func:`labkit.retention.keep_evidence_txn`).
+    from, stored apart and redacted with the evidence (:func:`labkit.coordinator.record_evidence_txn`).
     """
 
     incident: str
@@ -390,6 +390,8 @@ def _check_incidents(incidents: Sequence[str], known: list[str]) -> list[str]:
 # the evidence contract uses no formats, so the worker lets that import fail.
 _CHILD = ("import sys; sys.modules.setdefault('rfc3987_syntax', None); "
           "from labkit.worker import worker_process; sys.exit(worker_process(sys.argv[1:]))")
+
+
 def _spawn(args: list[str]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", _CHILD, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

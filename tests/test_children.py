@@ -24,10 +24,11 @@ def test_it_imports_nothing_from_labkit_so_the_leased_worker_can_use_it():
 
 def test_a_pump_tags_every_line_and_says_when_the_stream_ends():
     events: queue.Queue = queue.Queue()
-    children.pump(io.StringIO("one\ntwo\n"), events, 7, "out").join(timeout=5)
-    assert [events.get_nowait() for _ in range(3)] == [(7, "out", "one\n"), (7, "out", "two\n"), (7, "out", None)]
-    children.pump(None, events, 8).join(timeout=5)
-    assert events.get_nowait() == (8, None)
+    # get(timeout=30): a bound on a hang only (the pump thread needs microseconds, a loaded machine more)
+    children.pump(io.StringIO("one\ntwo\n"), events, 7, "out")
+    assert [events.get(timeout=30) for _ in range(3)] == [(7, "out", "one\n"), (7, "out", "two\n"), (7, "out", None)]
+    children.pump(None, events, 8)
+    assert events.get(timeout=30) == (8, None)
 
 
 def test_collect_keeps_everything_a_started_child_said():

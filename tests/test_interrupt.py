@@ -76,9 +76,10 @@ def wait_for(stream, prefix: str) -> list[str]:
     raise AssertionError(f"the child ended without printing {prefix!r}: {seen}")
 
 
-def interrupt(child: subprocess.Popen[str]) -> tuple[int, list[str]]:
+def interrupt(child: subprocess.Popen[str], signum: int | None = signal.SIGINT) -> tuple[int, list[str]]:
     """Send SIGINT; the child must end on it (stdin stays open: its end would let a held run go on)."""
-    child.send_signal(signal.SIGINT)
+    if signum is not None:
+        child.send_signal(signum)
     try:
         child.wait(timeout=30)  # not communicate(): it would close stdin, which lets a paused run go on
     except subprocess.TimeoutExpired:
@@ -122,15 +123,28 @@ def test_ctrl_c_while_paused_in_the_open_transaction_rolls_back_in_one_line(lab)
 def test_ctrl_c_while_the_command_imports_its_modules_is_one_line_and_creates_nothing(lab):
     child = start("run", "--db", lab.db, "--incident", INC, hold="importing")
     wait_for(child.stderr, "held at importing")
-    assert interrupt(child) == (130, INTERRUPTED)
+    # Held back until the imports are done, then answered before anything is opened.
+    child.send_signal(signal.SIGINT)
+    child.stdin.write("\n")
+    child.stdin.flush()
+    assert interrupt(child, signum=None) == (130, INTERRUPTED)
     assert not lab.db.exists()
 
 
-def test_ctrl_c_after_the_command_finished_keeps_what_it_committed(lab):
-    child = start("run", "--db", lab.db, "--incident", INC, hold="finished")
-    wait_for(child.stderr, "held at finished")
+def test_ctrl_c_as_the_command_returns_keeps_what_it_committed(lab):
+    child = start("run", "--db", lab.db, "--incident", INC, hold="returned")
+    wait_for(child.stderr, "held at returned")
     assert interrupt(child) == (130, INTERRUPTED)
     assert run_state(lab.db) == ("report_completed", 1, 1), "a finished run is not undone"
+
+
+def test_ctrl_c_once_the_command_is_over_is_ignored(lab):
+    child = start("run", "--db", lab.db, "--incident", INC, hold="exiting")
+    wait_for(child.stderr, "held at exiting")
+    child.send_signal(signal.SIGINT)  # delivered by the time send_signal returns; ignored
+    _, stderr = child.communicate("\n", timeout=60)
+    assert (child.returncode, stderr) == (0, ""), stderr
+    assert run_state(lab.db) == ("report_completed", 1, 1)
 
 
 def test_a_run_started_with_ctrl_c_ignored_keeps_ignoring_it(lab):
@@ -178,12 +192,10 @@ def test_ctrl_c_while_waiting_for_another_writer_does_not_wait_out_the_busy_time
     """SQLite waits up to the busy timeout for the write lock; a Ctrl-C ends that wait."""
     holder = start("run", "--db", lab.db, "--incident", INC, "--pause-at", "before_evidence_commit")
     assert "holding the write lock" in wait_for(holder.stdout, "paused at")[-1]
-    waiter = start("run", "--db", lab.db, "--incident", "INC-1002", hold="entered", env={"LABKIT_BUSY_TIMEOUT_MS": "60000"})
-    wait_for(waiter.stderr, "held at entered")
+    waiter = start("run", "--db", lab.db, "--incident", "INC-1002", hold="locking", env={"LABKIT_BUSY_TIMEOUT_MS": "60000"})
+    wait_for(waiter.stderr, "held at locking")  # its first write transaction is about to wait
     try:
-        # About 0.3 s from here to the wait on a quiet machine; if load keeps the waiter from
-        # reaching it in 2 s, the SIGINT lands earlier and the test still passes, proving less.
-        time.sleep(2)
+        time.sleep(0.5)  # into SQLite's own wait; a late wake-up only lengthens the wait
         started = time.monotonic()
         assert interrupt(waiter) == (130, INTERRUPTED)
         # The busy timeout below is 60 s: ending before half of it means the wait was cut short.
@@ -211,3 +223,21 @@ def test_the_wait_for_the_write_lock_still_lasts_the_whole_busy_timeout(lab):
     # The holder's next transactions may come before the waiter's next try: either is after.
     assert step in ("evidence_recorded", "report_completed"), "the waiter got the lock only once the holder had committed"
     assert holder.returncode == 0
+
+
+def test_a_second_ctrl_c_to_a_work_pool_cannot_turn_its_line_into_a_traceback(folder):
+    """`work` has threads (one per worker's output); a signal may be delivered to any of them."""
+    db = folder / "pool.db"
+    pool = start("work", "--db", db, "--workers", "2", "--incident", "INC-1001", "--incident", "INC-1002",
+                 env={"LABKIT_PROVIDER_DELAY": "2"})
+    wait_for(pool.stdout, "worker")  # the pool has started its workers and says so
+    pool.send_signal(signal.SIGINT)
+    pool.send_signal(signal.SIGINT)  # the second comes while the first is being handled
+    try:
+        pool.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        pool.kill()
+        raise AssertionError("work was still running 60 s after two SIGINTs") from None
+    lines = said(pool)
+    assert pool.returncode == 130 and lines[-1:] == INTERRUPTED, lines
+    assert not any("Traceback" in line or "KeyboardInterrupt" in line for line in lines), lines

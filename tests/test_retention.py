@@ -30,8 +30,8 @@ from labkit.retention import (
     check_days,
     check_summary_size,
     diagnostic_of,
-    keep_evidence_txn,
     retain,
+    store_bounded_txn,
 )
 
 KILLED = -signal.SIGKILL
@@ -87,10 +87,10 @@ def test_the_summary_limit_holds_at_its_edge(lab, conn):
     lab.coordinator(conn).start("INC-1002")
     before = labkit.store.snapshot(conn)
     with pytest.raises(labkit.EvidenceRejected), transaction(conn):
-        keep_evidence_txn(conn, "INC-1001", labkit.CONTRACT, over, b"{}", lab.clock)
+        store_bounded_txn(conn, "INC-1001", labkit.CONTRACT, bound_evidence("INC-1001", over, b"{}"), lab.clock)
     assert labkit.store.snapshot(conn) == before, "a refused summary stores nothing"
     with transaction(conn):
-        keep_evidence_txn(conn, "INC-1002", labkit.CONTRACT, at_limit, b"{}", lab.clock)
+        store_bounded_txn(conn, "INC-1002", labkit.CONTRACT, bound_evidence("INC-1002", at_limit, b"{}"), lab.clock)
     assert conn.execute("SELECT length(body) FROM evidence WHERE incident = 'INC-1002'").fetchone()[0] == SUMMARY_LIMIT
 
 

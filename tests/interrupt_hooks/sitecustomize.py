@@ -6,7 +6,10 @@ lands exactly there, not wherever the scheduler happens to be.
 - ``importing``: just before ``labkit.cli`` (and everything it needs) is imported, the
   first thing the entry point does.
 - ``entered``: the same moment, without waiting: from here on labkit answers a SIGINT.
-- ``finished``: the command has returned its exit code; nothing is left to do.
+- ``returned``: the command has returned its exit code to the entry point.
+- ``exiting``: the entry point is done and the process is about to exit (``sys.exit``).
+- ``locking``: a transaction is about to wait for the write lock; no waiting here, the
+  lock wait itself is the moment.
 
 At each it prints ``held at MOMENT`` on stderr; a held moment waits for a line on stdin.
 Before ``entered`` (about 25 ms: the interpreter, its site packages, runpy, labkit's
@@ -40,14 +43,32 @@ class _HoldBeforeCli:
 
 if _MOMENT in ("importing", "entered"):
     sys.meta_path.insert(0, _HoldBeforeCli(_MOMENT, wait=_MOMENT == "importing"))
-elif _MOMENT == "finished":
+elif _MOMENT == "returned":
     import labkit.cli  # the package's __init__ imports nothing, so this is all of the command
 
     _command = labkit.cli.main
 
     def _main_then_hold(argv=None):
         code = _command(argv)
-        _hold("finished")
+        _hold("returned")
         return code
 
     labkit.cli.main = _main_then_hold
+elif _MOMENT == "exiting":
+    _exit = sys.exit
+
+    def _hold_then_exit(code=None):
+        _hold("exiting")
+        _exit(code)
+
+    sys.exit = _hold_then_exit
+elif _MOMENT == "locking":
+    import labkit.database
+
+    _take = labkit.database._take_write_lock
+
+    def _say_then_take(conn):
+        _hold("locking", wait=False)
+        _take(conn)
+
+    labkit.database._take_write_lock = _say_then_take
