@@ -883,11 +883,10 @@ def reconciliation_trials(decide: Callable | None = None) -> list[Reconciliation
     """
     from .database import read_transaction
     from .effects import DECISIONS, find_effect_txn, reconciliation_decision
-    from .explorer import ticket_service
     from .processes import _FOLDERS, race
     from .recovery import recover
     from .store import connect_readonly, snapshot
-    from .tickets import Faults
+    from .tickets import Faults, ticket_service
 
     chosen = decide or reconciliation_decision
     asked: list[str] = []
@@ -1715,11 +1714,11 @@ def evidence_step_trial(write_evidence: Callable, *, killed: bool) -> EvidenceSt
     notebook cell needs no pickling.
     """
     from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
-    from .dbos_workflow import IncidentApp, workflows_of
+    from .engines.dbos import DbosEngine, IncidentApp, workflows_of
     from .explorer import _warm
     from .store import connect_readonly
 
-    _warm(dbos=True)
+    _warm(DbosEngine())
     folder = _trial("14-evidence-step").folder
     said = folder / "returned.txt"
 
@@ -1770,7 +1769,7 @@ _EVIDENCE_REFERENCE: dict[bool, EvidenceStepTrial] = {}
 
 def _hands_over_to_the_reference(function: Callable) -> bool:
     """Whether the answer is, calls or imports labkit's own write_evidence_once (in code, not in comments)."""
-    from .dbos_workflow import write_evidence_once
+    from .engines.dbos import write_evidence_once
 
     if function is write_evidence_once or getattr(function, "__wrapped__", None) is write_evidence_once:
         return True
@@ -1788,10 +1787,10 @@ def check_evidence_step(write_evidence: Callable) -> None:
     Plugged into the DBOS version of the workflow (``IncidentApp(..., write_evidence=...)``) in
     forked children: a clean run, then a run killed at ``after_evidence_commit`` (after the
     step's commit, before DBOS records the step) and recovered, so that the step runs twice.
-    Both must leave the rows labkit's :func:`~labkit.dbos_workflow.write_evidence_once` leaves:
+    Both must leave the rows labkit's :func:`~labkit.engines.dbos.write_evidence_once` leaves:
     one evidence row, one transition to evidence_recorded, one receipt, the workflow SUCCESS.
     """
-    from .dbos_workflow import write_evidence_once
+    from .engines.dbos import write_evidence_once
     from .steps import Step
 
     _clear_trials()
@@ -1799,7 +1798,7 @@ def check_evidence_step(write_evidence: Callable) -> None:
         raise AssertionError("the answer should be a function (def my_write_evidence(coordinator, incident, reading): ...), "
                              f"not {type(write_evidence).__name__}")
     if _hands_over_to_the_reference(write_evidence):
-        raise AssertionError("write it yourself: your answer is (or calls) labkit.dbos_workflow.write_evidence_once, which "
+        raise AssertionError("write it yourself: your answer is (or calls) labkit.engines.dbos.write_evidence_once, which "
                              "already does the job and is what the check compares with; use coordinator.load_txn, "
                              "coordinator.record_reading_txn and transaction(coordinator.conn)")
     for killed in (False, True):

@@ -33,12 +33,12 @@ import pickle
 import random
 import signal
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import closing, contextmanager, suppress
+from collections.abc import Callable, Sequence
+from contextlib import closing, suppress
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 from . import contract
 from .children import ChildEnd, fork, in_child
@@ -46,15 +46,16 @@ from .clock import ManualClock
 from .coordinator import Coordinator
 from .crashpoints import CRASH_POINTS, LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint, points
 from .database import read_transaction
-from .engines import INCIDENT, Engine, expected_reads
+from .engines import INCIDENT, Engine, LabkitEngine, expected_reads, provider_for
 from .engines import engine as engine_named
-from .errors import BadInput, LabError
+from .engines.labkit import recorded_step
+from .errors import BadInput
 from .invariants import STATEMENTS, check_invariants
 from .naive import CRASH_BUGS, coordinator_class
-from .provider import CallLog, ReferenceProvider, call_log_for
-from .recovery import recover
+from .provider import CallLog, call_log_for
 from .steps import Step
 from .store import connect, connect_readonly, find_run_txn
+from .tickets import all_tickets, ticket_service
 from .worker import LeasedWorker
 
 # INCIDENT (from labkit.engines) is the incident every scenario drives: one run per database
@@ -116,38 +117,15 @@ def scenarios(*, pairs: bool = True, bug: str | None = None, engine: str = "labk
     A broken variant (``bug``) is a coordinator, so it is explored in the ``run`` flow only;
     so is the ``dbos`` engine, which has no leases (DBOS has executor ids instead).
     """
-    engine_named(engine, bug=bug)  # an unknown engine, or a bug the engine cannot have, is refused here
+    driver = engine_named(engine, bug=bug)  # an unknown engine, or a bug the engine cannot have, is refused here
     chosen = []
     for flow, reached in flow_points().items():
-        if (bug is not None or engine != "labkit") and flow != "run":
+        if flow not in driver.flows:
             continue
         chosen += [Scenario(flow, (point,), bug, engine) for point in reached]
         if pairs:
             chosen += [Scenario(flow, (first, second), bug, engine) for first in reached for second in reached]
     return chosen
-
-
-# --------------------------------------------------------------------------- child processes
-
-
-@contextmanager
-def ticket_service(store: Path, faults: Any = None) -> Iterator[str]:
-    """The ticket service of :mod:`labkit.tickets`, in a forked process of its own; yields its URL.
-
-    The socket is bound before the fork, so the URL is known at once and no request can
-    arrive before the server listens. ``faults`` (a :class:`labkit.tickets.Faults`) makes it
-    misbehave as ``ticket-service --fault`` does (09's exercise check uses it).
-    """
-    from .tickets import TicketServer
-
-    server = TicketServer(store, faults=faults)
-    pid = fork(server.serve_forever)
-    server.server_close()  # the parent's copy of the listening socket; the child keeps its own
-    try:
-        yield server.url
-    finally:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
 
 
 # --------------------------------------------------------------------------- one scenario
@@ -200,22 +178,21 @@ class ScenarioResult:
         }
 
 
-def _warm(dbos: bool = False) -> None:
+def _warm(driver: Engine | None = None) -> None:
     """Build once, here, what every child would otherwise build for itself after the fork.
 
     The evidence contract's validator takes a moment to compile; made before the fork, every
     child inherits it, and a child's time is spent on the workflow, as a killed worker's was.
+    ``driver`` adds what its engine's children need (DBOS's import).
     """
-    from . import tickets  # noqa: F401 - imports the HTTP client once
-
     contract._validator()
-    if dbos:
-        import dbos as _dbos  # noqa: F401 - a third of a second, once, instead of in every child
+    if driver is not None:
+        driver.warm()
 
 
 def run_scenario(scenario: Scenario, folder: str | Path) -> ScenarioResult:
     """Play ``scenario`` in ``folder`` (made here, and must not exist) and check every invariant."""
-    _warm(scenario.engine == "dbos")
+    _warm(scenario.driver())
     folder = Path(folder)
     folder.mkdir()
     db = folder / "lab.db"
@@ -232,62 +209,24 @@ def _play_run(scenario: Scenario, folder: Path, url: str) -> ScenarioResult:
     ends = [in_child(lambda: driver.drive(folder, CrashPlan(CrashPoint(first)), url))]
     if rest:
         ends.append(in_child(lambda: driver.recover(folder, CrashPlan(CrashPoint(rest[0])), url)))
-    if driver.name == "labkit":
-        final = _final_recovery(lambda: _recover(db, NO_CRASH, url, driver.coordinator_class())[0])
-        again = None
-    else:  # DBOS starts in a process of its own, never in the explorer's (a notebook's kernel, with one worker)
-        final = str(in_child(lambda: driver.recover(folder, NO_CRASH, url)))
-        again = partial(driver.recovered_again, folder, url)
+    final = _final_recovery(lambda: driver.final_recovery(folder, url))
     expected = driver.expected_reads(list(zip((end.killed for end in ends), scenario.crash_points, strict=False)))
-    results = check_invariants(db, call_log_for(db), {INCIDENT: expected}, _provider(db), tickets=url,
-                               coordinator_class=driver.coordinator_class(), recover_again=again)
-    from .tickets import all_tickets
-
+    results = check_invariants(db, call_log_for(db), {INCIDENT: expected}, provider_for(db), tickets=url,
+                               coordinator_class=driver.coordinator_class(), recover_again=driver.recover_again(folder, url))
     return _result(scenario, tuple(ends), results, db, len(all_tickets(url)), final)
 
 
 def _play_work(scenario: Scenario, db: Path) -> ScenarioResult:
     with closing(connect(db)) as conn:  # the run exists before any worker, as `work` makes it
-        Coordinator(conn, _provider(db)).start(INCIDENT)
+        Coordinator(conn, provider_for(db)).start(INCIDENT)
     first, *rest = scenario.crash_points
     ends = [in_child(lambda: _lease_and_finish(db, CrashPlan(CrashPoint(first)), hours=0))]
     if rest:
         ends.append(in_child(lambda: _lease_and_finish(db, CrashPlan(CrashPoint(rest[0])), hours=1)))
     final = _final_recovery(lambda: _lease_and_finish(db, NO_CRASH, hours=2))
     expected = expected_reads(zip((end.killed for end in ends), scenario.crash_points, strict=True))
-    results = check_invariants(db, call_log_for(db), {INCIDENT: expected}, _provider(db), leases=True)
+    results = check_invariants(db, call_log_for(db), {INCIDENT: expected}, provider_for(db), leases=True)
     return _result(scenario, tuple(ends), results, db, None, final)
-
-
-def _provider(db: Path) -> ReferenceProvider:
-    return ReferenceProvider(call_log_for(db))
-
-
-def _drive(db: Path, crash: CrashPlan, tickets: str | None, kind: type[Coordinator], incident: str = INCIDENT) -> None:
-    """What ``python -m labkit run --tickets URL`` does, in this process."""
-    with closing(connect(db)) as conn:
-        kind(conn, _provider(db), crash=crash, tickets=tickets).drive(incident)
-
-
-def _recover(db: Path, crash: CrashPlan, tickets: str | None, kind: type[Coordinator]) -> tuple[str, int]:
-    """What ``python -m labkit recover --tickets URL`` does: what it said, and how many runs it resumed.
-
-    Raises on the first run it could not finish.
-    """
-    resumed = recover(db, _provider(db), crash=crash, tickets=tickets, coordinator_class=kind)
-    for result in resumed:
-        if result.error is not None:
-            raise result.error
-    return "; ".join(result.outcome for result in resumed) or "nothing to recover", len(resumed)
-
-
-def _restart(db: Path, crash: CrashPlan, tickets: str | None, kind: type[Coordinator], incident: str = INCIDENT) -> str:
-    """What a supervisor does after a death: recover the runs there are; a run whose row never
-    committed is not there to recover, so its command is simply given again."""
-    if _step(db, incident) == "no run":
-        _drive(db, crash, tickets, kind, incident)
-        return "ran it again: no run had been recorded"
-    return _recover(db, crash, tickets, kind)[0]
 
 
 def _lease_and_finish(db: Path, crash: CrashPlan, *, hours: int) -> str:
@@ -299,7 +238,7 @@ def _lease_and_finish(db: Path, crash: CrashPlan, *, hours: int) -> str:
     clock = ManualClock()
     clock.advance(hours * 3600)
     with closing(connect(db, create=False)) as conn:
-        worker = LeasedWorker(conn, _provider(db), name=f"worker-{hours + 1}", lease_seconds=LEASE_SECONDS, clock=clock, crash=crash)
+        worker = LeasedWorker(conn, provider_for(db), name=f"worker-{hours + 1}", lease_seconds=LEASE_SECONDS, clock=clock, crash=crash)
         lease = worker.claim_next([INCIDENT])
         if lease is None:
             return "nothing to recover"
@@ -441,10 +380,9 @@ def explore(db_dir: str | Path, *, pairs: bool = True, bug: str | None = None, n
         raise BadExploreOption("--bug", f"{bug} breaks only under a race, which no crash reveals; explore one of {', '.join(CRASH_BUGS)}")
     if random_trials < 0:
         raise BadExploreOption("--random", f"a number of trials, 0 or more, not {random_trials}")
-    engine_named(engine, bug=bug)
-    if random_trials and engine != "labkit":
-        raise BadExploreOption("--random", "random kills judge a repeated read from labkit's run row, which a DBOS "
-                               "workflow records elsewhere; explore the dbos engine's named points instead")
+    refused = engine_named(engine, bug=bug).random_kills_refused
+    if random_trials and refused:
+        raise BadExploreOption("--random", refused)
     root = _fresh_folder(db_dir)
     started = time.perf_counter()
     exploration = Exploration()
@@ -587,20 +525,21 @@ def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None 
     """
     root = _fresh_folder(folder)
     started = time.perf_counter()
-    kind = coordinator_class(bug)
+    driver = LabkitEngine(bug)  # random kills judge labkit's run row: its coordinator, or a broken variant
+    driver.coordinator_class()  # an unknown bug: the one-line UnknownBug, before any run
     _warm()
-    window = _clean_run_seconds(root / "clean", kind)
+    window = _clean_run_seconds(root / "clean", driver)
     rng = random.Random(seed)
     # A clean run measured alone ends well inside its measured time (which includes the fork and the
     # wait): drawing from the first 60 % puts most kills inside the run, some after its end.
     delays = [(rng.uniform(0, 0.6 * window), rng.uniform(0, 0.6 * window)) for _ in range(trials)]
-    tasks = [partial(_random_trial, root / f"{number:04d}", number, run_delay, recovery_delay, kind)
+    tasks = [partial(_random_trial, root / f"{number:04d}", number, run_delay, recovery_delay, driver)
              for number, (run_delay, recovery_delay) in enumerate(delays, start=1)]
     results = in_parallel(tasks, root, workers=workers)
     return RandomKills(trials, seed, window * 1000, results, time.perf_counter() - started)
 
 
-def _clean_run_seconds(folder: Path, kind: type[Coordinator]) -> float:
+def _clean_run_seconds(folder: Path, driver: LabkitEngine) -> float:
     """The median of three uninterrupted runs in forked children, each with its own service."""
     durations = []
     for attempt in range(3):
@@ -608,37 +547,28 @@ def _clean_run_seconds(folder: Path, kind: type[Coordinator]) -> float:
         place.mkdir(parents=True)
         with ticket_service(place / "tickets.db") as url:
             started = time.perf_counter()
-            in_child(lambda: _drive(place / "lab.db", NO_CRASH, url, kind))  # noqa: B023 - called at once
+            in_child(lambda: driver.drive(place, NO_CRASH, url))  # noqa: B023 - called at once
             durations.append(time.perf_counter() - started)
     return sorted(durations)[1]
 
 
-def _random_trial(folder: Path, number: int, run_delay: float, recovery_delay: float, kind: type[Coordinator]) -> Trial:
+def _random_trial(folder: Path, number: int, run_delay: float, recovery_delay: float, driver: LabkitEngine) -> Trial:
     folder.mkdir()
-    db = folder / "lab.db"
+    db = driver.db(folder)
     log = CallLog(call_log_for(db))
     with ticket_service(folder / "tickets.db") as url:
-        first = in_child(lambda: _drive(db, NO_CRASH, url, kind), kill_after=run_delay)
+        first = in_child(lambda: driver.drive(folder, NO_CRASH, url), kill_after=run_delay)
         reads_first = log.reads_of(INCIDENT)
-        step_after = _step(db)
-        second = in_child(lambda: _restart(db, NO_CRASH, url, kind), kill_after=recovery_delay)
+        step_after = recorded_step(db)
+        second = in_child(lambda: driver.restart(folder, NO_CRASH, url), kill_after=recovery_delay)
         reads_second = log.reads_of(INCIDENT) - reads_first
-        step_after_second = _step(db)
-        _final_recovery(lambda: _restart(db, NO_CRASH, url, kind))
+        step_after_second = recorded_step(db)
+        _final_recovery(lambda: driver.restart(folder, NO_CRASH, url))
         # A killed process whose read never committed left the run where it was: that read repeats.
         repeated = (first.killed and reads_first > 0 and step_after == Step.NOT_INSPECTED.value) + (
             second.killed and reads_second > 0 and step_after_second == Step.NOT_INSPECTED.value)
-        results = check_invariants(db, call_log_for(db), {INCIDENT: 1 + repeated}, _provider(db), tickets=url, coordinator_class=kind)
+        results = check_invariants(db, call_log_for(db), {INCIDENT: 1 + repeated}, provider_for(db), tickets=url,
+                                   coordinator_class=driver.coordinator_class())
     broken = {r.number: r.detail for r in results if not r.held}
     return Trial(number, round(run_delay * 1000, 2), round(recovery_delay * 1000, 2), (first.killed, second.killed),
                  step_after, broken)
-
-
-def _step(db: Path, incident: str = INCIDENT) -> str:
-    """The run's recorded step, or ``no run`` when the process died before the run row committed."""
-    try:
-        with closing(connect_readonly(db)) as conn, read_transaction(conn):
-            run = find_run_txn(conn, incident)
-    except LabError:  # no file yet, or killed while the schema was being made: nothing recorded
-        return "no run"
-    return "no run" if run is None else run.step.value

@@ -47,8 +47,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
-from contextlib import closing
+from collections.abc import Iterator, Mapping
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 from . import store as checkpoint_store
-from .children import collect, pump
+from .children import collect, fork, pump
 from .clock import Clock, clock_from_env
 from .database import (
     check_path,
@@ -810,7 +810,27 @@ def _lookup(url: str, params: dict[str, str], timeout: float, connect_timeout: f
     return KeyLookup("unknown", (), status, _detail(response))
 
 
-# --------------------------------------------------------------------------- the lesson's helper
+# --------------------------------------------------------------------------- the lessons' helpers
+
+
+@contextmanager
+def ticket_service(store: Path, faults: Faults | None = None) -> Iterator[str]:
+    """The ticket service in a forked process of its own; yields its URL.
+
+    The socket is bound before the fork, so the URL is known at once and no request can
+    arrive before the server listens. ``faults`` makes it misbehave as ``ticket-service --fault``
+    does (09's exercise check uses it). A fork costs a hundredth of :class:`TicketService`'s
+    interpreter start-up: what the crash explorer (12_crash_explorer) starts one per scenario with.
+    """
+    server = TicketServer(store, faults=faults)
+    pid = fork(server.serve_forever)
+    server.server_close()  # the parent's copy of the listening socket; the child keeps its own
+    try:
+        yield server.url
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
 
 #: How a child is started: the command-line contract of ../shared/DESIGN.md.
 CHILD_COMMAND: tuple[str, ...] = ("-m", "labkit", "ticket-service")

@@ -57,8 +57,8 @@ SHORTCUTS = [
     "        coordinator.record_reading_txn(run, reading)\n"
     '    return "evidence_recorded"',
     "def my_write_evidence(coordinator, incident, reading):  # labkit's own\n"
-    "    return labkit.dbos_workflow.write_evidence_once(coordinator, incident, reading)",
-    "my_write_evidence = labkit.dbos_workflow.write_evidence_once",
+    "    return labkit.engines.dbos.write_evidence_once(coordinator, incident, reading)",
+    "my_write_evidence = labkit.engines.dbos.write_evidence_once",
 ]
 
 #: Section 7's table, one tuple a row (Markdown needs a row on one line; the source keeps it readable).
@@ -195,7 +195,7 @@ import labkit
 from labkit import display, engines, explorer
 from labkit.crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from labkit.database import transaction  # for Exercise 14.1
-from labkit.dbos_workflow import IncidentApp, workflows_of
+from labkit.engines.dbos import IncidentApp, workflows_of
 from labkit.provider import CallLog
 from labkit.steps import Step  # for Exercise 14.1
 
@@ -259,7 +259,7 @@ business rows into the same labkit tables, and judges both engines with the same
 md('''
 ## 2. The same workflow, two engines
 
-What each engine runs for INC-1003 (abridged; `labkit/coordinator.py` and `labkit/dbos_workflow.py`):
+What each engine runs for INC-1003 (abridged; `labkit/coordinator.py` and `labkit/engines/dbos.py`):
 
 ```python
 # labkit: the coordinator reads its own run row and decides the next step
@@ -411,7 +411,7 @@ Write `my_write_evidence(coordinator, incident, reading)`, the record_evidence s
 `coordinator.record_reading_txn(run, reading)`, which needs an open `transaction(coordinator.conn)`), and
 `reading` is the recorded output of the read step. Keep the reading as evidence and move the run to
 `evidence_recorded`, once: the same call may come a second time after a kill. Return the step the run is at,
-as a string. Write it yourself: the check refuses `labkit.dbos_workflow.write_evidence_once`.
+as a string. Write it yourself: the check refuses `labkit.engines.dbos.write_evidence_once`.
 
 The check plugs your function into `IncidentApp(..., write_evidence=my_write_evidence)` in forked children:
 a clean run, then a run killed at `after_evidence_commit` and recovered, and compares the rows with those of

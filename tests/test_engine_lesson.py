@@ -14,7 +14,7 @@ import os
 
 import pytest
 
-import labkit.dbos_workflow
+import labkit.engines.dbos
 from labkit import exercises
 from labkit.database import transaction
 from labkit.steps import Step
@@ -53,11 +53,11 @@ def outside_a_transaction(coordinator, incident, reading):
 
 
 def calls_labkits_own(coordinator, incident, reading):
-    return labkit.dbos_workflow.write_evidence_once(coordinator, incident, reading)
+    return labkit.engines.dbos.write_evidence_once(coordinator, incident, reading)
 
 
 def imports_labkits_own(coordinator, incident, reading):
-    from labkit.dbos_workflow import write_evidence_once as write
+    from labkit.engines.dbos import write_evidence_once as write
 
     return write(coordinator, incident, reading)
 
@@ -85,7 +85,7 @@ SHORTCUTS = {
     "outside a transaction": (outside_a_transaction, r"a clean run .*raised NotInTransaction"),
     "calls labkit's own": (calls_labkits_own, "write it yourself"),
     "imports labkit's own": (imports_labkits_own, "write it yourself"),
-    "is labkit's own": (labkit.dbos_workflow.write_evidence_once, "write it yourself"),
+    "is labkit's own": (labkit.engines.dbos.write_evidence_once, "write it yourself"),
     "returns nothing": (returns_nothing, r"your step returned None; return the step the run is at"),
 }
 
@@ -106,7 +106,7 @@ def test_a_blank_answer_waits_and_a_non_function_is_refused():
 
 def test_a_dbos_step_killed_after_its_commit_runs_again_and_labkits_step_keeps_one_row():
     """Section 4's claim: the recovery runs record_evidence a second time (DBOS attempt 2); looking first keeps one row."""
-    kept = exercises.evidence_step_trial(labkit.dbos_workflow.write_evidence_once, killed=True)
+    kept = exercises.evidence_step_trial(labkit.engines.dbos.write_evidence_once, killed=True)
     assert kept.ends == ("killed", "exit 0")
     assert kept.calls == ("returned 'evidence_recorded'", "returned 'evidence_recorded'")
     assert (kept.status, kept.attempts, kept.evidence_rows, kept.step) == ("SUCCESS", 2, 1, "report_completed")

@@ -21,12 +21,13 @@ import pytest
 
 from labkit import evaluation
 from labkit.crashpoints import NO_CRASH, CrashPlan, CrashPoint, points
-from labkit.dbos_workflow import BadDbosUrl, IncidentApp, Paths, workflows_of
 from labkit.engines import INCIDENT, UnknownEngine, engine
+from labkit.engines.dbos import BadDbosUrl, IncidentApp, Paths, workflows_of
 from labkit.errors import BadInput
-from labkit.explorer import BadExploreOption, explore, in_child, ticket_service
+from labkit.explorer import BadExploreOption, explore, in_child
 from labkit.invariants import check_invariants
 from labkit.provider import CallLog, ReferenceProvider, call_log_for
+from labkit.tickets import ticket_service
 
 RUN_POINTS = points(tickets=True)
 ENGINES = ("labkit", "dbos")

@@ -15,9 +15,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "labkit"
 
 #: Groups of modules that still import one another, each sorted. The test fails if one
 #: disappears (remove it here) or a new one appears (break it): the list only ever shrinks.
-#: engines <-> explorer: the engine classes drive runs through the explorer's child helpers, and
-#: the explorer picks an engine; the layout issue (#18) moves both, and this pair with them.
-KNOWN_CYCLES: set[tuple[str, ...]] = {("labkit.engines", "labkit.explorer")}
+#: It is empty: the last pair, engines <-> explorer, was broken by letting only the explorer
+#: import the engines (see test_the_engines_import_nothing_of_the_lessons_machinery).
+KNOWN_CYCLES: set[tuple[str, ...]] = set()
 
 
 def _module_name(path: Path) -> str:
@@ -143,3 +143,13 @@ def test_the_schema_imports_nothing_from_labkit():
 def test_store_imports_no_later_lesson():
     later = {"labkit.effects", "labkit.leases", "labkit.receipts", "labkit.retention", "labkit.versioning"}
     assert not import_graph()["labkit.store"] & later
+
+
+def test_the_engines_import_nothing_of_the_lessons_machinery():
+    """The explorer picks an engine; an engine never reaches back into the explorer or the lessons."""
+    graph = import_graph()
+    engines = {name for name in graph if name == "labkit.engines" or name.startswith("labkit.engines.")}
+    assert engines >= {"labkit.engines", "labkit.engines.base", "labkit.engines.labkit", "labkit.engines.dbos"}
+    lessons = {"labkit.explorer", "labkit.exercises", "labkit.lesson", "labkit.display", "labkit.workspace"}
+    reached = {name: graph[name] & lessons for name in sorted(engines)}
+    assert not any(reached.values()), reached

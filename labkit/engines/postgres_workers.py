@@ -6,7 +6,7 @@ process is an *executor*, named by its executor id, and each workflow's status r
 which executor runs it. When one dies, its PENDING workflows stay its own until a live
 executor is told to take them over: DBOS Conductor, DBOS's hosted control plane, notices
 the death and asks a live executor to recover them; here the test asks, with
-:meth:`~labkit.dbos_workflow.IncidentApp.recover` (``executor_ids=["worker-a"]``). Taught in
+:meth:`~labkit.engines.dbos.IncidentApp.recover` (``executor_ids=["worker-a"]``). Taught in
 14_choosing_an_engine, whose several-hosts path this module tests.
 
 :func:`two_workers` plays it with real processes: worker A and worker B, forked, each
@@ -25,7 +25,7 @@ does not do that.
 
 Each test gets a database of its own on the server (:func:`fresh_database`), so tests can
 run side by side and a failed one leaves nothing behind. The server is named by
-:data:`~labkit.dbos_workflow.POSTGRES_ENV`; its user needs the right to create databases.
+:data:`~labkit.engines.dbos.POSTGRES_ENV`; its user needs the right to create databases.
 """
 
 from __future__ import annotations
@@ -42,14 +42,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from .children import ChildEnd, end_of, first_line, fork, in_child
-from .crashpoints import CrashPlan, check_point, points
-from .dbos_workflow import POSTGRES_ENV, IncidentApp
-from .engines import engine
-from .errors import BadInput, UnknownIncident, shown
-from .explorer import ticket_service
-from .invariants import InvariantResult, check_invariants
-from .provider import CallLog, ReferenceProvider, call_log_for, data_dir, list_incidents
+from ..children import ChildEnd, end_of, first_line, fork, in_child
+from ..crashpoints import CrashPlan, check_point, points
+from ..errors import BadInput, UnknownIncident, shown
+from ..invariants import InvariantResult, check_invariants
+from ..provider import CallLog, ReferenceProvider, call_log_for, data_dir, list_incidents
+from ..tickets import all_tickets, ticket_service
+from .dbos import POSTGRES_ENV, DbosEngine, IncidentApp
 
 #: The incidents :func:`two_workers` shares out unless told otherwise: A takes the 1st and 3rd, B the 2nd and 4th.
 INCIDENTS = ("INC-1001", "INC-1002", "INC-1003", "INC-1004")
@@ -82,7 +81,7 @@ def shown_url(url: str) -> str:
 
 
 def configured_url() -> str | None:
-    """The server the environment names (:data:`~labkit.dbos_workflow.POSTGRES_ENV`), or None."""
+    """The server the environment names (:data:`~labkit.engines.dbos.POSTGRES_ENV`), or None."""
     return os.environ.get(POSTGRES_ENV) or None
 
 
@@ -128,7 +127,7 @@ def fresh_database(server_url: str, prefix: str = "labkit") -> Iterator[str]:
 def workflow_rows(system_url: str) -> list[dict[str, Any]]:
     """DBOS's ``workflow_status`` rows on the server, read with plain SQL as an operator would look.
 
-    The PostgreSQL twin of :func:`labkit.dbos_workflow.workflows_of`: DBOS keeps these tables in
+    The PostgreSQL twin of :func:`labkit.engines.dbos.workflows_of`: DBOS keeps these tables in
     a schema of its own, ``dbos``.
     """
     with closing(_connect(system_url)) as conn:
@@ -288,7 +287,7 @@ def two_workers(folder: str | Path, system_url: str, incidents: Sequence[str] = 
     folder = Path(folder)
     folder.mkdir()
     shares = {"worker-a": incidents[0::2], "worker-b": incidents[1::2]}
-    import dbos  # noqa: F401 - imported once here, before the forks, rather than in each worker
+    DbosEngine().warm()  # DBOS imported once here, before the forks, rather than in each worker
 
     with ticket_service(folder / "tickets.db") as tickets:
         def worker_a(channel: _Channel) -> None:
@@ -346,11 +345,9 @@ def two_workers(folder: str | Path, system_url: str, incidents: Sequence[str] = 
         db = folder / "lab.db"
         killed_incident = shares["worker-a"][-1]
         expected = {incident: 1 for incident in incidents}
-        expected[killed_incident] = engine("dbos").expected_reads([(a_end.killed, point.value)])
+        expected[killed_incident] = DbosEngine().expected_reads([(a_end.killed, point.value)])
         results = check_invariants(db, call_log_for(db), expected, ReferenceProvider(call_log_for(db)), tickets=tickets,
                                    recover_again=lambda: _recovered_again(folder, system_url, tickets))
-        from .tickets import all_tickets
-
         held_tickets = len(all_tickets(tickets))
     workflows = workflow_rows(system_url)
     log = CallLog(call_log_for(db))

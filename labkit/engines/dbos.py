@@ -1,4 +1,4 @@
-"""The incident workflow on DBOS Transact: the same read, evidence, receipt and ticket, driven by an existing engine.
+"""The dbos engine: the incident workflow on DBOS Transact, the same read, evidence, receipt and ticket.
 
 labkit's coordinator keeps its own state rows and decides from them what a restart must do.
 Here DBOS Transact does that part: a *workflow* made of *steps*, each step's output recorded
@@ -35,8 +35,14 @@ DBOS run as they read a labkit one.
 The crash points are labkit's names, placed where they mean the same for the business rows.
 Two of them fall inside a step after its work, before DBOS has recorded it
 (``after_evidence_commit``, ``after_completion_commit``, ``after_send``): there the step runs
-again on recovery, and finds its work done. DBOS is imported only by this module, and only
-when it is used.
+again on recovery, and finds its work done. DBOS is imported only where it is used, and only
+when it is.
+
+:class:`DbosEngine` is this workflow behind the engines' one interface (:mod:`labkit.engines`),
+recovered by ``DBOS.launch()``; its system database in SQLite beside the run, or on the
+PostgreSQL server that ``system_url`` names. Every call that starts DBOS runs in a forked
+child (:func:`labkit.children.in_child`): DBOS is one instance per process, with threads of its
+own, and a notebook's kernel must not be it.
 """
 
 from __future__ import annotations
@@ -45,19 +51,21 @@ from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from .contract import check_evidence
-from .coordinator import Coordinator
-from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
-from .database import read_transaction, transaction
-from .effects import TICKET_TIMEOUT, find_effect_txn, mark_done_txn, record_intent_txn, ticket_request
-from .errors import BadInput, RunFailure, UnknownIncident
-from .jsontext import sha256_hex
-from .provider import Reading, ReferenceProvider, call_log_for, read_with_diagnostic
-from .receipts import find_receipt_txn
-from .steps import Step
-from .store import connect
+from ..children import in_child
+from ..contract import check_evidence
+from ..coordinator import Coordinator
+from ..crashpoints import NO_CRASH, CrashPlan, CrashPoint
+from ..database import read_transaction, transaction
+from ..effects import TICKET_TIMEOUT, find_effect_txn, mark_done_txn, record_intent_txn, ticket_request
+from ..errors import BadInput, RunFailure, UnknownIncident
+from ..jsontext import sha256_hex
+from ..provider import Reading, ReferenceProvider, call_log_for, read_with_diagnostic
+from ..receipts import find_receipt_txn
+from ..steps import Step
+from ..store import connect
+from .base import INCIDENT, Engine
 
 APP_NAME = "labkit-incidents"
 #: The application version a workflow is recorded under unless told otherwise. DBOS's own
@@ -244,7 +252,7 @@ def _register(DBOS: Any, app: IncidentApp) -> Any:
 
     @DBOS.step(name="open_ticket")
     def open_ticket(incident: str, tickets: str) -> dict:
-        from .tickets import post_ticket
+        from ..tickets import post_ticket
 
         with closing(connect(db)) as conn, read_transaction(conn):
             receipt = find_receipt_txn(conn, incident)
@@ -303,3 +311,59 @@ def workflows_of(folder: str | Path, system_url: str | None = None) -> list[dict
         recorded.setdefault(workflow_id, []).append(name)
     return [{"workflow_id": r[0], "status": r[1], "app_version": r[2], "executor_id": r[3], "attempts": r[4],
              "steps": recorded.get(r[0], [])} for r in rows]
+
+
+@dataclass(frozen=True)
+class DbosEngine(Engine):
+    """The incident workflow on DBOS Transact (:class:`IncidentApp`), recovered by ``DBOS.launch()``."""
+
+    name: ClassVar[str] = "dbos"
+    # DBOS records the read when its step returns, before the evidence is written: a kill inside
+    # the evidence transaction no longer costs a read; only one between the provider's answer
+    # and the step's end does.
+    read_window: ClassVar[frozenset[CrashPoint]] = frozenset({CrashPoint.AFTER_READ})
+    random_kills_refused: ClassVar[str | None] = (
+        "random kills judge a repeated read from labkit's run row, which a DBOS "
+        "workflow records elsewhere; explore the dbos engine's named points instead")
+    #: DBOS's system database when not the SQLite file in the run's folder.
+    system_url: str | None = None
+
+    @classmethod
+    def configured(cls, *, system_url: str | None = None, bug: str | None = None) -> DbosEngine:
+        if bug is not None:
+            raise BadInput(f"--bug {bug} breaks labkit's coordinator; the dbos engine has none to break")
+        return cls(system_url)
+
+    def warm(self) -> None:
+        import dbos  # noqa: F401 - an optional heavy dependency: a third of a second, once, instead of in every child
+
+    def drive(self, folder: Path, crash: CrashPlan, tickets: str | None, incident: str = INCIDENT) -> str:
+        app = self._app(folder, crash)
+        try:
+            return str(app.run(incident, tickets))
+        finally:
+            app.close()
+
+    def recover(self, folder: Path, crash: CrashPlan, tickets: str | None) -> int:
+        app = self._app(folder, crash)
+        try:
+            return len(app.recover())
+        finally:
+            app.close()
+
+    def restart(self, folder: Path, crash: CrashPlan, tickets: str | None, incident: str = INCIDENT) -> str:
+        """Recover, or run again a workflow whose status row never committed: it is not there to recover."""
+        app = self._app(folder, crash)
+        try:
+            resumed = app.recover()
+            return str(app.run(incident, tickets)) if incident not in resumed else f"recovered {len(resumed)}"
+        finally:
+            app.close()
+
+    def final_recovery(self, folder: Path, tickets: str | None) -> str:
+        """How a forked child's recovery ended: DBOS starts in a process of its own, never in the caller's
+        (a notebook's kernel, or an explorer worker)."""
+        return str(in_child(lambda: self.recover(folder, NO_CRASH, tickets)))
+
+    def _app(self, folder: Path, crash: CrashPlan) -> IncidentApp:
+        return IncidentApp(folder, crash=crash, system_url=self.system_url)
