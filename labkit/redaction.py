@@ -52,6 +52,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .jsontext import JsonProblem, canonical_json, strict_loads
+
 KINDS = ("uri-credentials", "secret", "token", "email", "ipv4", "ipv6")
 
 #: At most this many (field, kind) entries are recorded per document; the rest are counted
@@ -294,8 +296,6 @@ def redact_document(text: str) -> Redacted:
     JSON is walked field by field (so the record names fields) and written back as canonical
     JSON; anything else is scanned whole, and its record names the field ``(text)``.
     """
-    from .jsontext import JsonProblem, canonical_json, strict_loads
-
     try:
         parsed = strict_loads(text, max_depth=64)
     except JsonProblem:
