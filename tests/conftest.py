@@ -6,6 +6,13 @@ tests, so they can run in any order.
 
 The command line is always run as a real child process (``python -m labkit ...``), the
 way a user, CI or an outside check drives it; crash points really SIGKILL that child.
+
+Time limits, for every test file: a ``timeout=`` of 30 s or more on a child process, a
+barrier, a queue or a thread only bounds how long a broken labkit takes to fail; the work it
+waits for takes well under a second here. They are sized to hold with three CPU burners per
+core beside the suite (``make test-under-load``, where a whole run took about 2 s). A test
+whose outcome depends on time itself (a lease expiring, a client's timeout, a busy timeout)
+says next to the number why it is safe under that load.
 """
 
 from __future__ import annotations

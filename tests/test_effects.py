@@ -361,7 +361,7 @@ def test_the_service_killed_after_committing_and_before_answering(fault, lab, cl
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(),
     )
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 20  # the commit takes milliseconds; this only bounds a broken service
         while not service.store_rows() and time.monotonic() < deadline:  # the commit, seen in the service's own file
             time.sleep(0.02)
         assert service.store_rows(), "the service never committed the ticket"
