@@ -48,7 +48,7 @@ $(BROWSER_STAMP): $(STAMP) requirements-browser.txt
 	@touch $@
 
 lab: $(STAMP)
-	@$(BIN)/python -c "from labkit.workspace import make_learner_copy as m; [print('copied', p.name, 'to my-lab/') for p in m()]"
+	@$(BIN)/python -c "from labkit.lab.workspace import make_learner_copy as m; [print('copied', p.name, 'to my-lab/') for p in m()]"
 	$(BIN)/jupyter lab --notebook-dir=my-lab $(LAB_ARGS)
 
 reset: $(STAMP)

@@ -16,7 +16,7 @@ The modules mirror the architecture in the lab's design:
 - :mod:`labkit.worker`: the leased flow (``LeasedWorker``), the ``work`` pool, the lock measurements
 - :mod:`labkit.redaction`: sensitive values replaced before anything is stored, and the record of it
 - :mod:`labkit.retention`: bounded evidence, raw diagnostics kept apart by reference, ``retain``
-- :mod:`labkit.capacity`: the capacity model, a simulated year, writers contending (loaded on first use)
+- :mod:`labkit.lab.capacity`: the capacity model, a simulated year, writers contending (loaded on first use)
 
 - :mod:`labkit.assessments`: what was concluded from evidence, with its decision inputs; re-evaluation
 - :mod:`labkit.versioning`: workflow versions and the explicit, logged migration between them
@@ -24,9 +24,9 @@ The modules mirror the architecture in the lab's design:
 - :mod:`labkit.jsontext`: canonical JSON out, strict JSON in
 - :mod:`labkit.errors`: every error, as bad input (exit 2) or a run-time failure (exit 1)
 
-and, for lessons: :mod:`labkit.naive` (deliberately broken variants that 04 and 06 take apart),
-:mod:`labkit.processes` (child processes), :mod:`labkit.workspace`
-(a lesson's own temporary database), :mod:`labkit.display` (pandas tables).
+and, for lessons: :mod:`labkit.lab.naive` (deliberately broken variants that 04 and 06 take apart),
+:mod:`labkit.lab.processes` (child processes), :mod:`labkit.lab.workspace`
+(a lesson's own temporary database), :mod:`labkit.lab.display` (pandas tables).
 """
 
 import importlib
@@ -55,13 +55,13 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "UnknownIncident", "UnknownRun", "WorkflowVersionMismatch",
     ),
     "evaluation": ("Evaluation", "RecoveryScore", "TaskScore", "evaluate", "recovery_from_scenarios"),
-    "explorer": ("Exploration", "explore", "random_kills"),
+    "lab.explorer": ("Exploration", "explore", "random_kills"),
     "invariants": ("check_invariants",),
     "leases": (
         "FENCE", "BadLeaseSeconds", "Lease", "LeaseEnded", "LeaseExpired", "LeaseHeld", "NotLeaseHolder",
         "RunCompleted", "StaleLease", "claim", "lease_log", "release", "renew",
     ),
-    "processes": ("PausedRun", "labkit_cli", "race", "run_in_child"),
+    "lab.processes": ("PausedRun", "labkit_cli", "race", "run_in_child"),
     "provider": (
         "CallLog", "ReadAdapter", "Reading", "ReferenceProvider", "RulesInputMissing", "UnknownRulesRevision",
         "assess", "call_log_for", "diagnose", "list_incidents", "read_with_diagnostic",
@@ -77,7 +77,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "SUPPORTED_VERSIONS", "Migration", "MigrationRefused", "UnsupportedVersion", "migrate", "migration_log", "reevaluate",
     ),
     "worker": ("LeasedWorker",),
-    "workspace": ("Workspace",),
+    "lab.workspace": ("Workspace",),
 }
 _MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}
 
@@ -88,7 +88,7 @@ def __getattr__(name: str):
         value = getattr(importlib.import_module(f".{module}", __name__), name)
         globals()[name] = value  # found once; later look-ups never reach this function
         return value
-    # A submodule not imported yet (``labkit.display.runs_frame``, ``labkit.leases.FENCE``).
+    # A submodule not imported yet (``labkit.lab.display.runs_frame``, ``labkit.leases.FENCE``).
     if not name.startswith("_"):
         try:
             return importlib.import_module(f".{name}", __name__)

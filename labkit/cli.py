@@ -42,7 +42,8 @@ from .effects import list_effects_txn
 from .effects import resolve as resolve_effect
 from .errors import BadInput, LabError, RunFailure, UnknownIncident, report, shown
 from .evaluation import evaluate
-from .naive import BUGS, CRASH_BUGS, coordinator_class
+from .lab.naive import BUGS, CRASH_BUGS, coordinator_class
+from .lab.workspace import reset
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .recovery import Resumed, recover
 from .retention import check_days, retain
@@ -51,7 +52,6 @@ from .steps import Step
 from .store import connect, connect_readonly, latest_time_txn
 from .versioning import check_supported, migrate, migration_log, reevaluate
 from .worker import DEFAULT_LEASE_SECONDS, work
-from .workspace import reset
 
 
 class _Parser(argparse.ArgumentParser):
@@ -414,13 +414,13 @@ def _evaluate(args) -> int:
 
 
 def _bench(args) -> int:
-    from . import bench  # imported here: every other command's process starts without it
+    from .lab import bench  # imported here: every other command's process starts without it
 
     return bench.run(args)
 
 
 def _explore(args) -> int:
-    from . import explorer
+    from .lab import explorer
 
     trials = args.random or 0
     if not 0 <= trials <= explorer.MAX_TRIALS:

@@ -199,7 +199,7 @@ class Coordinator:
             if run.step is not Step.NOT_INSPECTED:
                 return run, False
             if load_evidence_txn(self.conn, incident) is not None:
-                # Only a writer that commits evidence and step apart leaves this (labkit.naive);
+                # Only a writer that commits evidence and step apart leaves this (labkit.lab.naive);
                 # which row is right cannot be known, so refuse rather than guess.
                 raise InconsistentRun(incident, "it is at not_inspected but already has evidence")
             self.crash.reached(CrashPoint.BEFORE_READ, self.conn)

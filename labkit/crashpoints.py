@@ -13,7 +13,7 @@ the point rolls back (04_rollback); ``pause`` prints ``paused at POINT`` and wai
 line on standard input, so a race can be held at its most dangerous moment
 (:func:`labkit.race`, 06_single_receipt).
 
-Run a crashing workflow in a child process (:mod:`labkit.processes`) so the notebook's
+Run a crashing workflow in a child process (:mod:`labkit.lab.processes`) so the notebook's
 kernel survives to look at the database. Taught in 05_crash_and_reread and 12_crash_explorer.
 """
 

@@ -84,7 +84,7 @@ def check_invariants(
     this only after the recovery under test has finished. ``leases=True`` adds 10 and 11, for
     runs driven by the leased flow; there, which killed worker had read before it died is
     not in the rows, so 11 bounds the reads that 5 would need predicted. ``coordinator_class``
-    is the recovery 7 runs again: a deliberately broken variant (:mod:`labkit.naive`) is
+    is the recovery 7 runs again: a deliberately broken variant (:mod:`labkit.lab.naive`) is
     judged by its own second recovery (12_crash_explorer). ``recover_again`` replaces that
     recovery with another engine's (it returns how many runs it resumed): the same checks
     then judge the DBOS version of the workflow (:mod:`labkit.engines`, 14_choosing_an_engine).

@@ -84,7 +84,7 @@ def recover(
     as it goes rather than lose the report if the process dies half way. The database must
     exist: recovery of a mistyped path must not create an empty one.
     ``coordinator_class`` lets a lesson recover with a deliberately broken variant
-    (:mod:`labkit.naive`). With ``tickets``, completed runs whose ticket is still owed
+    (:mod:`labkit.lab.naive`). With ``tickets``, completed runs whose ticket is still owed
     (intended) or whose outcome is unknown (uncertain) are reconciled too, ``decide`` saying
     what the destination's answer to a look-up by key means
     (:func:`labkit.effects.reconciliation_decision`); without it, effects are left alone.

@@ -12,7 +12,7 @@ the run's proof. So inspect keeps two things, in the one transaction that commit
   retention policy: :func:`retain` removes the raw diagnostics of finished runs that are
   older than a number of days, and keeps the run, its checkpoints, its evidence row (summary,
   digest, reference) and its receipt, so a restarted worker still answers the three
-  questions (:func:`labkit.lesson.restart_answers`) and a re-evaluation still has the
+  questions (:func:`labkit.lab.lesson.restart_answers`) and a re-evaluation still has the
   summary it reads (:func:`labkit.reevaluate`).
 
 Both are redacted first (:mod:`labkit.redaction`), and the table ``redactions`` records

@@ -72,7 +72,7 @@ from .database import (
 )
 from .errors import BadInput, DatabaseUnavailable, LabError, RunFailure, one_line, shown
 from .jsontext import JsonProblem, canonical_json, sha256_hex, strict_loads
-from .processes import child_env
+from .lab.processes import child_env
 
 if TYPE_CHECKING:  # httpx is imported where a request is made: `run` children that open no ticket never pay for it
     import httpx

@@ -3,7 +3,7 @@
     python scripts/bench.py [--repeat N]
 
 The benchmark of labkit against bare SQLite and the frameworks is ``python -m labkit bench``
-(labkit/bench.py); ``make bench`` runs both. This script times the lessons' own moves, printing
+(labkit/lab/bench.py); ``make bench`` runs both. This script times the lessons' own moves, printing
 medians over N repetitions (default 5) of:
 - every incident driven end to end in process (synchronous=FULL; `labkit bench` counts the commits);
 - one `python -m labkit run` child process (what every crash experiment costs);

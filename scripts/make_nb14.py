@@ -192,15 +192,16 @@ from contextlib import closing
 import pandas as pd
 
 import labkit
-from labkit import display, engines, explorer
+from labkit import engines
+from labkit.lab import display, explorer
 from labkit.crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from labkit.database import transaction  # for Exercise 14.1
 from labkit.engines.dbos import IncidentApp, workflows_of
 from labkit.provider import CallLog
 from labkit.steps import Step  # for Exercise 14.1
 
-ws = labkit.lesson.start("14")  # cell-order messages; each demonstration makes a folder of its own
-labkit.lesson.defined_by({"sides": "section 2's first cell", "found": "section 3's first cell", "runs": "section 3's first cell",
+ws = labkit.lab.lesson.start("14")  # cell-order messages; each demonstration makes a folder of its own
+labkit.lab.lesson.defined_by({"sides": "section 2's first cell", "found": "section 3's first cell", "runs": "section 3's first cell",
                           "kill": "section 4's first cell", "my_write_evidence": "Exercise 14.1's answer cell"})
 pd.set_option("display.width", 120)
 pd.set_option("display.max_colwidth", None)
@@ -421,8 +422,8 @@ labkit's own step. Correct: two `✓` lines, the second saying your step ran 2 t
 code(PLACEHOLDER, builds=True, exercise="14.1", shortcuts=SHORTCUTS, solution=SOLUTION)
 
 code('''
-labkit.exercises.waiting_for("14.1", my_write_evidence=my_write_evidence)
-labkit.exercises.check_evidence_step(my_write_evidence)
+labkit.lab.exercises.waiting_for("14.1", my_write_evidence=my_write_evidence)
+labkit.lab.exercises.check_evidence_step(my_write_evidence)
 ''', exercise_check="14.1", tags=["raises-exception"])
 
 md(f'''

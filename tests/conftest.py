@@ -30,7 +30,7 @@ import pytest
 
 import labkit
 from labkit.database import SQLITE_HEADER
-from labkit.processes import child_env
+from labkit.lab.processes import child_env
 from labkit.provider import CallLog
 from labkit.store import snapshot as table_rows
 
@@ -96,7 +96,7 @@ def conn(lab: Lab):
 # --------------------------------------------------------------------------- the command line
 
 
-def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> labkit.processes.ChildOutcome:
+def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> labkit.lab.processes.ChildOutcome:
     """``python -m labkit ARGS`` in a real child process; returncode, stdout, stderr."""
     return labkit.labkit_cli(*(str(a) for a in args), env=env)
 

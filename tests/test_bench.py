@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit import bench
+from labkit.lab import bench
 from labkit.store import snapshot
 
 REPO = Path(labkit.__file__).resolve().parent.parent

@@ -13,9 +13,9 @@ from contextlib import closing
 import pytest
 
 import labkit
-from labkit import capacity
-from labkit.capacity import TOLERANCE, check_model, predict, predict_by_day, record_bytes, simulate, writer_contention
-from labkit.lesson import restart_answers
+from labkit.lab import capacity
+from labkit.lab.capacity import TOLERANCE, check_model, predict, predict_by_day, record_bytes, simulate, writer_contention
+from labkit.lab.lesson import restart_answers
 
 # --------------------------------------------------------------------------- SQLite's record format
 

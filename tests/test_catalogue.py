@@ -1,6 +1,6 @@
 """The catalogue of hostile answers (data/contract-cases/): each refused by its rule, before any write.
 
-Every case runs through the real coordinator (labkit.catalogue.run_case) on its own
+Every case runs through the real coordinator (labkit.lab.catalogue.run_case) on its own
 database; a few run through the real command line, with a data folder whose incident file
 makes the reference provider send the case's bytes (only cases it passes through as they
 came: answers that are not a JSON object). Instruction-like text where the contract allows
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit.catalogue import CASES_DIR, INCIDENT, CannedProvider, Case, CatalogueError, cases, run_case
+from labkit.lab.catalogue import CASES_DIR, INCIDENT, CannedProvider, Case, CatalogueError, cases, run_case
 from labkit.store import load_evidence_txn
 
 CASES = cases()

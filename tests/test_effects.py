@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit.processes import child_env
+from labkit.lab.processes import child_env
 from labkit.tickets import DROP, FAIL, NO_IDEMPOTENCY, SLOW, TicketService
 
 INC = "INC-1003"
@@ -371,7 +371,7 @@ def test_the_service_killed_after_committing_and_before_answering(fault, lab, cl
         if child.poll() is None:
             child.kill()
             child.wait()
-    outcome = labkit.processes.ChildOutcome("run", child.returncode, stdout, stderr)
+    outcome = labkit.lab.processes.ChildOutcome("run", child.returncode, stdout, stderr)
     assert_unknown_outcome(outcome, refused)
     assert [e["state"] for e in listed(cli, lab)] == ["uncertain"]
     [row] = service.store_rows()  # what it committed survived the kill

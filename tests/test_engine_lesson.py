@@ -15,8 +15,8 @@ import os
 import pytest
 
 import labkit.engines.dbos
-from labkit import exercises
 from labkit.database import transaction
+from labkit.lab import exercises
 from labkit.steps import Step
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the check forks DBOS processes")

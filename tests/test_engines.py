@@ -24,8 +24,8 @@ from labkit.crashpoints import NO_CRASH, CrashPlan, CrashPoint, points
 from labkit.engines import INCIDENT, UnknownEngine, engine
 from labkit.engines.dbos import BadDbosUrl, IncidentApp, Paths, workflows_of
 from labkit.errors import BadInput
-from labkit.explorer import BadExploreOption, explore, in_child
 from labkit.invariants import check_invariants
+from labkit.lab.explorer import BadExploreOption, explore, in_child
 from labkit.provider import CallLog, ReferenceProvider, call_log_for
 from labkit.tickets import ticket_service
 

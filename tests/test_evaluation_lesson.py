@@ -14,7 +14,7 @@ import pytest
 
 import labkit
 from labkit.evaluation import evaluate
-from labkit.exercises import check_task_accuracy, evaluation_cases
+from labkit.lab.exercises import check_task_accuracy, evaluation_cases
 from labkit.store import connect_readonly, snapshot
 
 

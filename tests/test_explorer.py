@@ -15,9 +15,9 @@ from itertools import product
 import pytest
 
 import labkit
-from labkit import explorer
 from labkit.crashpoints import CRASH_POINTS, CrashPoint
-from labkit.naive import CRASH_BUGS
+from labkit.lab import explorer
+from labkit.lab.naive import CRASH_BUGS
 
 RUN = ["before_read", "after_read", "before_evidence_commit", "after_evidence_commit", "before_receipt_write",
        "before_completion_commit", "after_completion_commit", "before_send", "after_send"]
@@ -151,7 +151,7 @@ def test_each_known_bug_turns_a_cell_of_the_table_red(bug, tmp_path):
 
 def test_the_bugs_the_explorer_knows_are_the_ones_a_crash_can_reveal():
     assert set(CAUGHT_AT) == set(CRASH_BUGS)
-    assert set(CRASH_BUGS) < set(labkit.naive.BUGS)
+    assert set(CRASH_BUGS) < set(labkit.lab.naive.BUGS)
     with pytest.raises(explorer.BadExploreOption, match="race"):
         explorer.explore("unused", bug="check_then_act_completion")
 

@@ -41,7 +41,7 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit.processes import child_env
+from labkit.lab.processes import child_env
 from labkit.provider import CallLog
 
 KILLED = -signal.SIGKILL

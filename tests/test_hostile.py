@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 import labkit
-from labkit.processes import child_env
+from labkit.lab.processes import child_env
 
 INC = "INC-1001"
 
@@ -48,7 +48,7 @@ def _bytes(path: Path) -> bytes:
 def test_provider_data_that_json_accepts_but_labkit_cannot_hold_is_refused(old, new, words, lab, data_copy, cli, refused):
     _edit(data_copy, INC, old, new)
     refused(cli("run", "--db", lab.db, "--incident", INC, env={"LABKIT_DATA_DIR": str(data_copy)}), "rejected", *words)
-    [answers] = [labkit.lesson.restart_answers(lab.db, INC)]
+    [answers] = [labkit.lab.lesson.restart_answers(lab.db, INC)]
     assert (answers.step, answers.evidence) == ("not_inspected", False)
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from labkit.clock import CLOCK_ENV
-from labkit.processes import child_env
+from labkit.lab.processes import child_env
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "instructor-guide.md"

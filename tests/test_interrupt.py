@@ -36,7 +36,7 @@ import pytest
 
 import labkit
 from labkit.database import LOCK_WAIT_SLICE_MS
-from labkit.processes import child_env
+from labkit.lab.processes import child_env
 
 INC = "INC-1001"
 INTERRUPTED = ["labkit: interrupted; nothing half-written is kept"]
@@ -116,7 +116,7 @@ def test_ctrl_c_while_paused_in_the_open_transaction_rolls_back_in_one_line(lab)
     child = start("run", "--db", lab.db, "--incident", INC, "--pause-at", "before_evidence_commit")
     wait_for(child.stdout, "paused at")
     assert interrupt(child) == (130, INTERRUPTED)
-    answers = labkit.lesson.restart_answers(lab.db, INC)
+    answers = labkit.lab.lesson.restart_answers(lab.db, INC)
     assert (answers.step, answers.evidence) == ("not_inspected", False), "the open transaction rolled back"
 
 

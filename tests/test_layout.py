@@ -145,11 +145,26 @@ def test_store_imports_no_later_lesson():
     assert not import_graph()["labkit.store"] & later
 
 
+#: The command line and the package's entry points: they may import every layer.
+ENTRY_POINTS = {"labkit", "labkit.__main__", "labkit.cli"}
+
+
+def _lab(name: str) -> bool:
+    return name == "labkit.lab" or name.startswith("labkit.lab.")
+
+
+def test_only_the_entry_points_and_the_lab_import_the_lab():
+    """labkit.lab holds what only teaches or measures; the workflow, its mechanisms and the engines never need it."""
+    graph = import_graph()
+    assert {"labkit.lab.explorer", "labkit.lab.exercises", "labkit.lab.naive", "labkit.lab.workspace"} <= set(graph)
+    reached = {name: sorted(filter(_lab, graph[name])) for name in sorted(graph) if not _lab(name) and name not in ENTRY_POINTS}
+    assert not {name: lab for name, lab in reached.items() if lab}
+
+
 def test_the_engines_import_nothing_of_the_lessons_machinery():
-    """The explorer picks an engine; an engine never reaches back into the explorer or the lessons."""
+    """The explorer picks an engine and hands it a broken variant; an engine never reaches back into the lab."""
     graph = import_graph()
     engines = {name for name in graph if name == "labkit.engines" or name.startswith("labkit.engines.")}
     assert engines >= {"labkit.engines", "labkit.engines.base", "labkit.engines.labkit", "labkit.engines.dbos"}
-    lessons = {"labkit.explorer", "labkit.exercises", "labkit.lesson", "labkit.display", "labkit.workspace"}
-    reached = {name: graph[name] & lessons for name in sorted(engines)}
+    reached = {name: sorted(filter(_lab, graph[name])) for name in sorted(engines)}
     assert not any(reached.values()), reached

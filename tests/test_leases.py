@@ -20,7 +20,7 @@ import labkit
 from labkit.clock import ManualClock
 from labkit.database import read_transaction, transaction
 from labkit.errors import BadInput, DatabaseUnavailable, InjectedFailure, RunFailure, UnknownRun, WorkflowVersionMismatch
-from labkit.exercises import check_fenced_commit
+from labkit.lab.exercises import check_fenced_commit
 from labkit.leases import (
     FENCE,
     BadLeaseSeconds,

@@ -7,7 +7,7 @@ others, each in a fresh kernel:
   after everything has run, and succeeds (or raises its tagged error, the same each time);
 - every cell run with the code cell before it skipped (two passes: one skips the even
   cells, one the odd, the setup cell always runs): it works, or it says in one line which
-  cell to run (a ``⚠`` line from labkit.lesson), or, in an exercise check, it gives the
+  cell to run (a ``⚠`` line from labkit.lab.lesson), or, in an exercise check, it gives the
   exercise's feedback, or, in a cell tagged to raise, it raises the error it was written
   to show. Never another traceback.
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import labkit
 from labkit.database import held_open_here
-from labkit.processes import child_env
+from labkit.lab.processes import child_env
 
 #: Another process opens the database, reads, and closes: as the last user it would
 #: checkpoint and delete the -wal and -shm files, which it may do only if no one holds a lock.

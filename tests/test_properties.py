@@ -4,7 +4,7 @@
     literals a double cannot hold, bytes inserted or overwritten, random bytes, random JSON)
     either pass :func:`labkit.check_evidence` or raise :class:`labkit.EvidenceRejected`,
     never any other exception; an accepted answer survives the canonical spelling it is
-    stored in. Through the coordinator (:func:`labkit.catalogue.run_case`, a CannedProvider
+    stored in. Through the coordinator (:func:`labkit.lab.catalogue.run_case`, a CannedProvider
     answering the mutation), either the evidence is stored and the step moved by one, or
     the database's bytes are unchanged.
 (b) A stateful test (``RuleBasedStateMachine``) drives start / inspect / complete / a
@@ -49,8 +49,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import labkit
 from labkit import CrashPlan, CrashPoint, Step
-from labkit.catalogue import INCIDENT, CannedProvider, Case, cases, run_case
 from labkit.jsontext import canonical_json
+from labkit.lab.catalogue import INCIDENT, CannedProvider, Case, cases, run_case
 
 MUTATION_SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None)
 STATEFUL_SETTINGS = settings(

@@ -19,8 +19,8 @@ import pytest
 
 import labkit
 from labkit.database import transaction
-from labkit.lesson import restart_answers
-from labkit.naive import TwoCommitCoordinator
+from labkit.lab.lesson import restart_answers
+from labkit.lab.naive import TwoCommitCoordinator
 from labkit.provider import Reading
 from labkit.retention import (
     MAX_DIAGNOSTIC_BYTES,

@@ -137,7 +137,7 @@ def test_a_reader_does_not_wait_for_an_open_write(lab, conn):
 def test_the_two_commit_draft_leaves_rows_that_contradict_and_the_coordinator_refuses_them(lab, conn):
     """Why inspect is one transaction: the naive draft, failing between its commits, leaves
     evidence beside a step that says nothing was read; the coordinator will not guess."""
-    from labkit.naive import two_commit_inspect
+    from labkit.lab.naive import two_commit_inspect
 
     coordinator = lab.coordinator(conn)
     coordinator.start(INC)
@@ -151,7 +151,7 @@ def test_the_two_commit_draft_leaves_rows_that_contradict_and_the_coordinator_re
 
 
 def test_the_two_commit_draft_works_when_nothing_fails(lab, conn):
-    from labkit.naive import two_commit_inspect
+    from labkit.lab.naive import two_commit_inspect
 
     lab.coordinator(conn).start(INC)
     two_commit_inspect(conn, lab.provider(), INC, lab.clock)

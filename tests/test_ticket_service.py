@@ -29,7 +29,7 @@ import pytest
 
 import labkit
 from labkit.jsontext import canonical_json
-from labkit.processes import child_env
+from labkit.lab.processes import child_env
 from labkit.tickets import (
     HOST,
     TicketService,

@@ -36,8 +36,8 @@ import pytest
 
 import labkit
 from labkit.clock import SystemClock
+from labkit.lab.processes import child_env
 from labkit.leases import StaleLease, leases_txn
-from labkit.processes import child_env
 from labkit.worker import LeasedWorker
 
 INCIDENTS = labkit.list_incidents()

@@ -15,8 +15,8 @@ import sys
 import pytest
 
 import labkit
-from labkit import workspace
-from labkit.processes import child_env
+from labkit.lab import workspace
+from labkit.lab.processes import child_env
 
 LESSONS = workspace.lesson_files()
 

@@ -4,7 +4,8 @@ The reference the other engines are compared with (12_crash_explorer, 14_choosin
 It records a read only when the evidence commits with the step, so a kill anywhere between the
 provider's answer and that commit costs a second read: its read window is
 :data:`~labkit.crashpoints.BETWEEN_READ_AND_COMMIT`. ``bug`` switches on one of the deliberately
-broken coordinators of :mod:`labkit.naive`, for the explorer.
+broken coordinators of :mod:`labkit.lab.naive`, for the explorer, which hands the engine that
+variant's class (``variant``): the engines import nothing of the lessons' machinery.
 
 The functions below are what the commands do, in the calling process; the crash explorer's random
 kills call them too.
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import ClassVar
 
@@ -22,7 +23,6 @@ from ..coordinator import Coordinator
 from ..crashpoints import BETWEEN_READ_AND_COMMIT, NO_CRASH, CrashPlan, CrashPoint
 from ..database import read_transaction
 from ..errors import BadInput, LabError
-from ..naive import coordinator_class
 from ..recovery import recover
 from ..store import connect, connect_readonly, find_run_txn
 from .base import INCIDENT, Engine, provider_for
@@ -71,8 +71,10 @@ class LabkitEngine(Engine):
 
     name: ClassVar[str] = "labkit"
     read_window: ClassVar[frozenset[CrashPoint]] = BETWEEN_READ_AND_COMMIT
-    #: A deliberately broken labkit coordinator (:data:`labkit.naive.CRASH_BUGS`), for the explorer.
+    #: A deliberately broken labkit coordinator (:data:`labkit.lab.naive.CRASH_BUGS`), for the explorer:
+    #: its name, and the class :meth:`with_variant` sets.
     bug: str | None = None
+    variant: type[Coordinator] = Coordinator
 
     @classmethod
     def configured(cls, *, system_url: str | None = None, bug: str | None = None) -> LabkitEngine:
@@ -86,7 +88,11 @@ class LabkitEngine(Engine):
         return ("run",) if self.bug is not None else ("run", "work")
 
     def coordinator_class(self) -> type[Coordinator]:
-        return coordinator_class(self.bug)
+        return self.variant
+
+    def with_variant(self, variant: type[Coordinator]) -> LabkitEngine:
+        """This engine driving ``variant`` (the broken coordinator its ``bug`` names) instead of labkit's own."""
+        return replace(self, variant=variant)
 
     def drive(self, folder: Path, crash: CrashPlan, tickets: str | None, incident: str = INCIDENT) -> str:
         drive_run(self.db(folder), crash, tickets, self.coordinator_class(), incident=incident)

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from .provider import CallLog, call_log_for
-from .status import status_of
-from .store import connect_readonly
+from ..provider import CallLog, call_log_for
+from ..status import status_of
+from ..store import connect_readonly
 
 if TYPE_CHECKING:
+    from ..tickets import TicketService
     from .processes import ChildOutcome
-    from .tickets import TicketService
 
 
 def _query(db: str | Path, sql: str, params: tuple = ()) -> pd.DataFrame:
@@ -82,7 +82,7 @@ def provider_calls_frame(db_or_log: str | Path) -> pd.DataFrame:
 
 
 def restart_frame(db: str | Path, incidents: list[str]) -> pd.DataFrame:
-    """The three restart questions for each incident, answered from its rows (labkit.lesson)."""
+    """The three restart questions for each incident, answered from its rows (labkit.lab.lesson)."""
     from .lesson import restart_answers
 
     return pd.DataFrame([restart_answers(db, incident).as_row() for incident in incidents]).set_index("incident")
@@ -133,7 +133,7 @@ def tickets_frame(store: str | Path | TicketService) -> pd.DataFrame:
     Its ids come from the store's own sequence and its times from the service's pinned clock,
     so the frame is the same on every run of a lesson; a NULL key is a service that ignores keys.
     """
-    from .tickets import TicketService, store_rows
+    from ..tickets import TicketService, store_rows
 
     path = store.store if isinstance(store, TicketService) else store
     rows = [(r["ticket_id"], r["idempotency_key"] or "(none)", r["incident"], r["created_at"]) for r in store_rows(path)]
@@ -179,7 +179,7 @@ def lease_events_frame(db: str | Path, incident: str | None = None) -> pd.DataFr
     ``state_version`` is the run's when claimed or renewed, the new one when committed, and
     the one the worker expected when refused. ``at`` drops the date (a lesson's runs share one day).
     """
-    from .leases import lease_log
+    from ..leases import lease_log
 
     rows = [(e.seq, e.at[11:], e.incident, _worker(e.worker), e.token, e.event, e.state_version, e.detail)
             for e in lease_log(db, incident)]
@@ -191,8 +191,8 @@ def leases_frame(db: str | Path, incident: str | None = None, times: bool = True
 
     ``times=False`` leaves the instants out: leases taken on the wall clock (``work``) differ on every run.
     """
-    from .database import read_transaction
-    from .leases import leases_txn
+    from ..database import read_transaction
+    from ..leases import leases_txn
 
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         leases = leases_txn(conn, incident)
@@ -219,9 +219,9 @@ def lease_timeline(db: str | Path, incident: str | None = None, width: int = 60)
     clock in the lesson's hands (:class:`~labkit.clock.ManualClock`); its text table is
     :func:`lease_events_frame`.
     """
-    from .clock import parse_instant
-    from .database import read_transaction
-    from .leases import lease_events_txn, leases_txn
+    from ..clock import parse_instant
+    from ..database import read_transaction
+    from ..leases import lease_events_txn, leases_txn
 
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         leases = leases_txn(conn, incident)
@@ -298,7 +298,7 @@ def references_frame(db: str | Path, incidents: list[str] | None = None) -> pd.D
     stored without one) or missing. ``incidents`` picks some runs (default: every run), in
     the database's order (11_capacity_and_retention).
     """
-    from .retention import diagnostic_of
+    from ..retention import diagnostic_of
 
     chosen = f"WHERE runs.incident IN ({', '.join('?' * len(incidents))})" if incidents is not None else ""
     frame = _query(

@@ -23,18 +23,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .clock import TickingClock
-from .coordinator import Coordinator
-from .errors import BadInput
-from .provider import CallLog, ReferenceProvider, call_log_for
-from .store import connect
+from ..clock import TickingClock
+from ..coordinator import Coordinator
+from ..errors import BadInput
+from ..provider import CallLog, ReferenceProvider, call_log_for
+from ..store import connect
 
 #: Marks a folder as a lesson's scratch folder; only folders holding it are ever removed.
 MARKER = ".labkit-lesson"
 #: Overrides where lesson scratch folders are made (tests point it at their own folder).
 SCRATCH_ENV = "LABKIT_SCRATCH_DIR"
 
-REPOSITORY = Path(__file__).resolve().parent.parent
+REPOSITORY = Path(__file__).resolve().parents[2]
 LESSONS = REPOSITORY / "notebooks"
 LEARNER_COPY = REPOSITORY / "my-lab"
 

@@ -35,14 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .children import in_child
-from .coordinator import WORKFLOW_VERSION
-from .crashpoints import RUN_POINTS
-from .engines import expected_reads
-from .invariants import InvariantResult, check_invariants
+from ..children import in_child
+from ..coordinator import WORKFLOW_VERSION
+from ..crashpoints import RUN_POINTS
+from ..engines import expected_reads
+from ..invariants import InvariantResult, check_invariants
+from ..receipts import receipt_id_for
 from .lesson import restart_answers
 from .processes import ChildOutcome, child_env, labkit_cli, race_commands, run_in_child
-from .receipts import receipt_id_for
 from .workspace import Workspace
 
 #: The names an answer may use without importing them (it may also import from labkit).
@@ -139,7 +139,7 @@ def run_answer(
     }
     spec_path = db.with_name(f"answer-{os.getpid()}-{len(list(db.parent.glob('answer-*.json')))}.json")
     spec_path.write_text(json.dumps(spec), encoding="utf-8")
-    argv = [sys.executable, "-c", "from labkit.exercises import child_main; child_main()", str(spec_path)]
+    argv = [sys.executable, "-c", "from labkit.lab.exercises import child_main; child_main()", str(spec_path)]
     hooks = f" (killed before {kill_before})" if kill_before else ""
     return f"your {function.__name__}() on {incident}{hooks}", argv
 
@@ -318,8 +318,8 @@ def check_compare_and_set(move: Callable) -> None:
     no trigger, so the condition is tested alone, without the database's backstop.
     """
     _clear_trials()
-    from .steps import Step
-    from .store import Run
+    from ..steps import Step
+    from ..store import Run
 
     source_of(move)  # a clear message for a non-function before anything runs
     trial = _trial("02-exercise")
@@ -383,7 +383,7 @@ def check_restart_answers(answer: Callable) -> None:
     for point in RUN_POINTS:
         trial = _killed_at("03-exercise", "INC-1005", point)
         truth = restart_answers(trial.db, "INC-1005").as_row()
-        from .store import connect_readonly
+        from ..store import connect_readonly
 
         with closing(connect_readonly(trial.db)) as conn:
             given = answer(conn, "INC-1005")
@@ -539,7 +539,7 @@ class RuleCheckedProvider:
 
     @property
     def decision_inputs(self) -> dict[str, object]:
-        from .coordinator import decision_inputs_of
+        from ..coordinator import decision_inputs_of
 
         return decision_inputs_of(self.inner)  # who answered is the inner adapter; the rule decides nothing
 
@@ -549,8 +549,8 @@ class RuleCheckedProvider:
     def read(self, incident: str) -> bytes:
         import copy
 
-        from .contract import check_evidence
-        from .errors import EvidenceRejected
+        from ..contract import check_evidence
+        from ..errors import EvidenceRejected
 
         raw = self.inner.read(incident)
         body = check_evidence(raw, incident)  # labkit's contract first: the rule sees only what it accepted
@@ -565,13 +565,13 @@ def inspect_with_rule(db: str | Path, raw: bytes, rule: Callable[[dict], str | N
                       clock: Any = None, label: str | None = None) -> Any:
     """Inspect ``incident`` on ``db`` through a canned provider answering ``raw``, with ``rule`` applied.
 
-    Measured as :func:`labkit.catalogue.run_case` measures a catalogue case (its
-    :class:`~labkit.catalogue.CaseResult`, named ``label`` or after the rule): the rule that
+    Measured as :func:`labkit.lab.catalogue.run_case` measures a catalogue case (its
+    :class:`~labkit.lab.catalogue.CaseResult`, named ``label`` or after the rule): the rule that
     refused, the run's step and evidence before and after, the database's bytes, the
     provider's logged calls.
     """
+    from ..provider import call_log_for
     from .catalogue import CannedProvider, measure_inspection
-    from .provider import call_log_for
 
     provider = RuleCheckedProvider(CannedProvider(call_log_for(db), {incident: raw}), rule)
     return measure_inspection(db, incident, provider, name=label or provider.name, clock=clock)
@@ -583,8 +583,8 @@ def _counts_that_contradict() -> list[tuple[str, bytes]]:
     Each is a valid answer of the reference provider with one count changed, so that
     every field alone is still in range: too many messages, too few, and a second way to too few.
     """
-    from .contract import check_evidence
-    from .provider import ReferenceProvider
+    from ..contract import check_evidence
+    from ..provider import ReferenceProvider
 
     log = _trial("07-answers").folder / "reference-calls.jsonl"
     made = []
@@ -624,8 +624,8 @@ def check_contract_rule(rule: Callable[[dict], str | None]) -> None:
        step, its evidence and the database's bytes must be unchanged, the call logged.
     """
     _clear_trials()
-    from .contract import check_evidence
-    from .provider import ReferenceProvider, list_incidents
+    from ..contract import check_evidence
+    from ..provider import ReferenceProvider, list_incidents
 
     if not callable(rule):
         raise AssertionError(f"the answer should be a function (def my_rule(body): ...), not {type(rule).__name__}")
@@ -681,8 +681,8 @@ MIGRATION_CASES = (
 
 def _previous_release_runs(trial: Workspace, cases: tuple) -> None:
     """Leave each case's run where the previous release would, re-evaluated where the case says."""
-    from .steps import Step
-    from .versioning import reevaluate
+    from ..steps import Step
+    from ..versioning import reevaluate
 
     with closing(trial.connect()) as conn:
         old = trial.coordinator(conn, workflow_version=1)
@@ -716,10 +716,10 @@ def check_migration_rule(rule: Callable) -> None:
     and migrated in one step once the previous release has finished the unmappable run.
     """
     _clear_trials()
-    from .recovery import recover
-    from .steps import Step
-    from .store import snapshot
-    from .versioning import MigrationRefused, migrate
+    from ..recovery import recover
+    from ..steps import Step
+    from ..store import snapshot
+    from ..versioning import MigrationRefused, migrate
 
     source_of(rule)
     _own_work(rule, "why_not")
@@ -860,9 +860,9 @@ def _clock_after(db: Path) -> Any:
     """A ticking clock one second past the latest time stored in ``db``, as a recovering process's pinned clock."""
     from datetime import timedelta
 
-    from .clock import TickingClock, parse_instant
-    from .database import read_transaction
-    from .store import connect_readonly, latest_time_txn
+    from ..clock import TickingClock, parse_instant
+    from ..database import read_transaction
+    from ..store import connect_readonly, latest_time_txn
 
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         latest = latest_time_txn(conn)
@@ -881,12 +881,12 @@ def reconciliation_trials(decide: Callable | None = None) -> list[Reconciliation
     Then, in this process, ``labkit.recover(..., tickets=URL, decide=decide)`` twice, and
     ``labkit.check_invariants`` with the service. Every service is stopped before returning.
     """
-    from .database import read_transaction
-    from .effects import DECISIONS, find_effect_txn, reconciliation_decision
+    from ..database import read_transaction
+    from ..effects import DECISIONS, find_effect_txn, reconciliation_decision
+    from ..recovery import recover
+    from ..store import connect_readonly, snapshot
+    from ..tickets import Faults, ticket_service
     from .processes import _FOLDERS, race
-    from .recovery import recover
-    from .store import connect_readonly, snapshot
-    from .tickets import Faults, ticket_service
 
     chosen = decide or reconciliation_decision
     asked: list[str] = []
@@ -954,7 +954,7 @@ class _Service:
     url: str
 
     def tickets(self) -> list[dict[str, Any]]:
-        from .tickets import all_tickets
+        from ..tickets import all_tickets
 
         return all_tickets(self.url)
 
@@ -1052,11 +1052,11 @@ def check_fenced_commit(condition: str) -> None:
     _clear_trials()
     from dataclasses import replace
 
-    from .clock import ManualClock
-    from .database import transaction
-    from .leases import Lease, StaleLease, stale_commits_txn
-    from .store import create_run_txn
-    from .worker import CheckedReading, LeasedWorker
+    from ..clock import ManualClock
+    from ..database import transaction
+    from ..leases import Lease, StaleLease, stale_commits_txn
+    from ..store import create_run_txn
+    from ..worker import CheckedReading, LeasedWorker
 
     if not isinstance(condition, str) or not condition.strip():
         raise AssertionError(f"the answer should be the condition as a string of SQL, e.g. \"version = ...\", not {condition!r}")
@@ -1208,9 +1208,9 @@ def retention_case(space: Workspace, roles: dict[str, str]) -> None:
     after committing (a real ticket service in a child process), which leaves its effect
     ``uncertain``.
     """
-    from .clock import TickingClock
-    from .errors import RunFailure
-    from .tickets import TicketService
+    from ..clock import TickingClock
+    from ..errors import RunFailure
+    from ..tickets import TicketService
 
     with closing(space.connect()) as conn:
         for incident, role in roles.items():
@@ -1250,9 +1250,9 @@ def retention_trial(roles: dict[str, str], due: Callable | None = None) -> Reten
     ``due`` None is labkit's own selection. Every other table and the three restart answers
     of every run are read before and after.
     """
-    from .clock import TickingClock
-    from .retention import retain
-    from .store import snapshot
+    from ..clock import TickingClock
+    from ..retention import retain
+    from ..store import snapshot
 
     def asked(conn: sqlite3.Connection, cutoff: str) -> list[str]:
         assert due is not None
@@ -1499,10 +1499,10 @@ def _driven(space: Workspace, *incidents: str, **options: Any) -> None:
 
 
 def _build_evaluation_cases() -> list[EvaluationCase]:
+    from ..recovery import recover
+    from ..tickets import TicketService
+    from ..versioning import reevaluate
     from .naive import coordinator_class
-    from .recovery import recover
-    from .tickets import TicketService
-    from .versioning import reevaluate
 
     recovered = Workspace.create("13-case-recovered")
     _killed(recovered, "INC-1007", "after_evidence_commit")
@@ -1578,8 +1578,8 @@ def _dealt_again() -> EvaluationCase:
     The five cases of section 4 are shown with their scores; an answer that looked its
     number up by the incidents it finds would pass them, and not this one.
     """
-    from .provider import list_incidents
-    from .versioning import reevaluate
+    from ..provider import list_incidents
+    from ..versioning import reevaluate
 
     if not _DEALT_AGAIN or not _DEALT_AGAIN[0].db.exists():
         space = Workspace.create("13-case-sixteen")
@@ -1611,7 +1611,7 @@ def check_task_accuracy(accuracy: Callable) -> None:
     import math
     import numbers
 
-    from .evaluation import TASK_TABLES, ScorerReadRefused, load_ground_truth, scoped_connection, task_score
+    from ..evaluation import TASK_TABLES, ScorerReadRefused, load_ground_truth, scoped_connection, task_score
 
     _clear_trials()
     if not callable(accuracy):
@@ -1713,10 +1713,10 @@ def evidence_step_trial(write_evidence: Callable, *, killed: bool) -> EvidenceSt
     function is used as it is: the children are forks of this kernel, so a function defined in a
     notebook cell needs no pickling.
     """
-    from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
-    from .engines.dbos import DbosEngine, IncidentApp, workflows_of
+    from ..crashpoints import NO_CRASH, CrashPlan, CrashPoint
+    from ..engines.dbos import DbosEngine, IncidentApp, workflows_of
+    from ..store import connect_readonly
     from .explorer import _warm
-    from .store import connect_readonly
 
     _warm(DbosEngine())
     folder = _trial("14-evidence-step").folder
@@ -1769,7 +1769,7 @@ _EVIDENCE_REFERENCE: dict[bool, EvidenceStepTrial] = {}
 
 def _hands_over_to_the_reference(function: Callable) -> bool:
     """Whether the answer is, calls or imports labkit's own write_evidence_once (in code, not in comments)."""
-    from .engines.dbos import write_evidence_once
+    from ..engines.dbos import write_evidence_once
 
     if function is write_evidence_once or getattr(function, "__wrapped__", None) is write_evidence_once:
         return True
@@ -1790,8 +1790,8 @@ def check_evidence_step(write_evidence: Callable) -> None:
     Both must leave the rows labkit's :func:`~labkit.engines.dbos.write_evidence_once` leaves:
     one evidence row, one transition to evidence_recorded, one receipt, the workflow SUCCESS.
     """
-    from .engines.dbos import write_evidence_once
-    from .steps import Step
+    from ..engines.dbos import write_evidence_once
+    from ..steps import Step
 
     _clear_trials()
     if not callable(write_evidence):

@@ -18,10 +18,10 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from .children import collect, ended, pump, this_labkit
-from .clock import CLOCK_ENV
-from .database import write_lock
-from .store import connect
+from ..children import collect, ended, pump, this_labkit
+from ..clock import CLOCK_ENV
+from ..database import write_lock
+from ..store import connect
 
 _FOLDERS = re.compile(r"(?<=['\"\s])/(?:[^/'\"\s]+/)+")
 

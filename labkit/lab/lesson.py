@@ -1,6 +1,6 @@
 """What every lesson notebook shares: its setup, the restart refrain, and friendly cell-order errors.
 
-A lesson's first code cell is ``ws = labkit.lesson.start("04")``: a fresh workspace of its
+A lesson's first code cell is ``ws = labkit.lab.lesson.start("04")``: a fresh workspace of its
 own (:class:`labkit.Workspace`), and, inside Jupyter, an error handler so that a cell run
 before the cell it depends on says in one line what to run, instead of a traceback.
 
@@ -18,12 +18,12 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .crashpoints import CrashPlan, CrashPoint
-from .database import read_transaction
+from ..crashpoints import CrashPlan, CrashPoint
+from ..database import read_transaction
+from ..receipts import find_receipt_txn
+from ..steps import Step
+from ..store import connect_readonly, find_run_txn, load_evidence_txn
 from .processes import ChildOutcome, child_env
-from .receipts import find_receipt_txn
-from .steps import Step
-from .store import connect_readonly, find_run_txn, load_evidence_txn
 from .workspace import Workspace
 
 #: The three questions, in the words every lesson uses.
@@ -165,7 +165,7 @@ def transcript_run(db: str | Path, incident: str, crash_at: str | None = None) -
     """
     transcript = Path(db).with_name(f"{incident}.transcript.txt")
     transcript.unlink(missing_ok=True)
-    code = "from labkit.lesson import _transcript_child; _transcript_child()"
+    code = "from labkit.lab.lesson import _transcript_child; _transcript_child()"
     argv = [sys.executable, "-c", code, str(db), incident, str(transcript), crash_at or ""]
     done = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=120)
     shown = f"assistant on {incident}" + (f", killed at {crash_at}" if crash_at else "")
@@ -206,10 +206,10 @@ def _assistant_lines(incident: str, alert: str, queue: str) -> dict[CrashPoint, 
 def _transcript_child() -> None:  # pragma: no cover - runs in the child process
     import json
 
-    from .clock import clock_from_env
-    from .coordinator import Coordinator
-    from .provider import ReferenceProvider, call_log_for, data_dir
-    from .store import connect, latest_time_txn
+    from ..clock import clock_from_env
+    from ..coordinator import Coordinator
+    from ..provider import ReferenceProvider, call_log_for, data_dir
+    from ..store import connect, latest_time_txn
 
     db, incident, transcript, crash_at = sys.argv[1:5]
     snapshot = json.loads((data_dir() / "incidents" / f"{incident}.json").read_text(encoding="utf-8"))

@@ -43,7 +43,7 @@ here and never asserted in a test. Taught in 11_capacity_and_retention.
 
 This file also runs as a plain script in the peers' venv, which has neither labkit's
 dependencies nor labkit: so what the peer side needs is the standard library only, and
-labkit itself is imported only when this is ``labkit.bench``.
+labkit itself is imported only when this is ``labkit.lab.bench``.
 """
 
 from __future__ import annotations
@@ -64,13 +64,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, TypedDict
 
-if __package__:  # imported as labkit.bench; run as a script in the peers' venv, only the peer side is used
-    from .contract import check_evidence
-    from .coordinator import Coordinator
-    from .errors import BadInput, BadSetting, RunFailure
-    from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents
-    from .retention import bound_evidence
-    from .store import connect, snapshot
+if __package__:  # imported as labkit.lab.bench; run as a script in the peers' venv, only the peer side is used
+    from ..contract import check_evidence
+    from ..coordinator import Coordinator
+    from ..errors import BadInput, BadSetting, RunFailure
+    from ..provider import CallLog, ReferenceProvider, call_log_for, list_incidents
+    from ..retention import bound_evidence
+    from ..store import connect, snapshot
 
 #: Rounds measured by default (after one warm-up round that is not counted). Odd, so the
 #: median is a measured round; few enough that ``bench`` without peers takes seconds.
@@ -84,7 +84,7 @@ NOT_INSTALLED = {"error": "not installed"}
 #: The interpreter of the peers' venv: ``make bench`` makes ``.venv/bench`` (inside .venv, so
 #: git, ruff and ``make clean`` treat it as they treat .venv). This variable points elsewhere.
 PEER_PYTHON_ENV = "LABKIT_BENCH_PYTHON"
-DEFAULT_PEER_PYTHON = Path(__file__).resolve().parent.parent / ".venv" / "bench" / "bin" / "python"
+DEFAULT_PEER_PYTHON = Path(__file__).resolve().parents[2] / ".venv" / "bench" / "bin" / "python"
 
 #: How long the peers' process may take to answer one request before it is given up on.
 PEER_TIMEOUT_S = 300

@@ -16,7 +16,7 @@ service. In a scenario
 Two flows cover every point: ``run`` reaches the three steps and the send around the ticket;
 ``work`` reaches ``after_lease`` first and then the same steps under a lease. Random kills
 (:func:`random_kills`) stop the same run after a random delay instead, to find places the
-named points miss. A deliberately broken coordinator (:data:`labkit.naive.CRASH_BUGS`) can
+named points miss. A deliberately broken coordinator (:data:`labkit.lab.naive.CRASH_BUGS`) can
 be switched on by name, to see the table turn red: an explorer that cannot fail proves nothing.
 
 The processes are made with ``os.fork`` (:mod:`labkit.children`) rather than by starting a new
@@ -40,23 +40,23 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar, cast
 
-from . import contract
-from .children import ChildEnd, fork, in_child
-from .clock import ManualClock
-from .coordinator import Coordinator
-from .crashpoints import CRASH_POINTS, LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint, points
-from .database import read_transaction
-from .engines import INCIDENT, Engine, LabkitEngine, expected_reads, provider_for
-from .engines import engine as engine_named
-from .engines.labkit import recorded_step
-from .errors import BadInput
-from .invariants import STATEMENTS, check_invariants
+from .. import contract
+from ..children import ChildEnd, fork, in_child
+from ..clock import ManualClock
+from ..coordinator import Coordinator
+from ..crashpoints import CRASH_POINTS, LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint, points
+from ..database import read_transaction
+from ..engines import INCIDENT, Engine, LabkitEngine, expected_reads, provider_for
+from ..engines import engine as engine_named
+from ..engines.labkit import recorded_step
+from ..errors import BadInput
+from ..invariants import STATEMENTS, check_invariants
+from ..provider import CallLog, call_log_for
+from ..steps import Step
+from ..store import connect, connect_readonly, find_run_txn
+from ..tickets import all_tickets, ticket_service
+from ..worker import LeasedWorker
 from .naive import CRASH_BUGS, coordinator_class
-from .provider import CallLog, call_log_for
-from .steps import Step
-from .store import connect, connect_readonly, find_run_txn
-from .tickets import all_tickets, ticket_service
-from .worker import LeasedWorker
 
 # INCIDENT (from labkit.engines) is the incident every scenario drives: one run per database
 # keeps each row of the table about one thing.
@@ -108,7 +108,19 @@ class Scenario:
         return f"{'leased ' if self.flow == 'work' else ''}{kills}"
 
     def driver(self) -> Engine:
-        return engine_named(self.engine, system_url=self.system_url, bug=self.bug)
+        return driver_for(self.engine, self.bug, self.system_url)
+
+
+def driver_for(engine: str, bug: str | None, system_url: str | None = None) -> Engine:
+    """The engine named ``engine``; with ``bug``, driving labkit's broken coordinator of that name.
+
+    The engine refuses a bug it cannot have (DBOS has no coordinator to break) before the name
+    is looked up; an unknown bug is the one-line UnknownBug.
+    """
+    driver = engine_named(engine, system_url=system_url, bug=bug)
+    if bug is not None and isinstance(driver, LabkitEngine):
+        driver = driver.with_variant(coordinator_class(bug))
+    return driver
 
 
 def scenarios(*, pairs: bool = True, bug: str | None = None, engine: str = "labkit") -> list[Scenario]:
@@ -117,7 +129,7 @@ def scenarios(*, pairs: bool = True, bug: str | None = None, engine: str = "labk
     A broken variant (``bug``) is a coordinator, so it is explored in the ``run`` flow only;
     so is the ``dbos`` engine, which has no leases (DBOS has executor ids instead).
     """
-    driver = engine_named(engine, bug=bug)  # an unknown engine, or a bug the engine cannot have, is refused here
+    driver = driver_for(engine, bug)  # an unknown engine, a bug the engine cannot have or an unknown bug is refused here
     chosen = []
     for flow, reached in flow_points().items():
         if flow not in driver.flows:
@@ -525,8 +537,9 @@ def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None 
     """
     root = _fresh_folder(folder)
     started = time.perf_counter()
-    driver = LabkitEngine(bug)  # random kills judge labkit's run row: its coordinator, or a broken variant
-    driver.coordinator_class()  # an unknown bug: the one-line UnknownBug, before any run
+    # Random kills judge labkit's run row: its coordinator, or a broken variant (an unknown bug is
+    # the one-line UnknownBug, before any run).
+    driver = LabkitEngine(bug, coordinator_class(bug))
     _warm()
     window = _clean_run_seconds(root / "clean", driver)
     rng = random.Random(seed)

@@ -28,13 +28,13 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from .clock import Clock
-from .coordinator import Coordinator
-from .database import read_transaction
-from .errors import BadInput, EvidenceRejected, ProviderUnavailable, StepOrderError, UnknownIncident
-from .provider import DEFAULT_DATA_DIR, CallLog, call_log_for, list_incidents
-from .steps import Step
-from .store import connect, find_run_txn
+from ..clock import Clock
+from ..coordinator import Coordinator
+from ..database import read_transaction
+from ..errors import BadInput, EvidenceRejected, ProviderUnavailable, StepOrderError, UnknownIncident
+from ..provider import DEFAULT_DATA_DIR, CallLog, call_log_for, list_incidents
+from ..steps import Step
+from ..store import connect, find_run_txn
 
 #: Where the catalogue lives: in the repository's data folder, beside the incidents.
 CASES_DIR = DEFAULT_DATA_DIR / "contract-cases"
@@ -231,7 +231,7 @@ def measure_inspection(db: str | Path, incident: str, provider, *, name: str, ex
     """One inspection through ``provider``, measured: the rule that refused (if any), the run's step
     and evidence before and after, the database's bytes, the calls in the provider's own log.
 
-    Shared by :func:`run_case` and the 07 exercise check (:func:`labkit.exercises.inspect_with_rule`).
+    Shared by :func:`run_case` and the 07 exercise check (:func:`labkit.lab.exercises.inspect_with_rule`).
     """
     log = CallLog(call_log_for(db))
     with closing(connect(db)) as conn:

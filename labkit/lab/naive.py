@@ -24,7 +24,7 @@ test must catch. Nothing in labkit uses them unless asked by name
   by asking the provider again, although the evidence it needs is committed. Every crash
   after the evidence commit costs a read that invariant 5 says never happens.
 
-The explorer (:mod:`labkit.explorer`) switches on the ones a crash can reveal
+The explorer (:mod:`labkit.lab.explorer`) switches on the ones a crash can reveal
 (:data:`CRASH_BUGS`); ``check_then_act_completion`` needs a race, not a crash, to show.
 """
 
@@ -33,19 +33,19 @@ from __future__ import annotations
 import os
 import sqlite3
 
-from .clock import Clock
-from .contract import CONTRACT, check_evidence
-from .coordinator import Coordinator, DriveResult
-from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
-from .database import read_transaction, transaction
-from .effects import TICKET_TIMEOUT, Effect, EffectNotDone, find_effect_txn, open_ticket
-from .errors import InconsistentRun, StepOrderError, UnknownBug
-from .jsontext import canonical_json
-from .provider import ReadAdapter
-from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
-from .report import build_report
-from .steps import Step
-from .store import Run, advance_txn, load_evidence_txn, store_evidence_txn
+from ..clock import Clock
+from ..contract import CONTRACT, check_evidence
+from ..coordinator import Coordinator, DriveResult
+from ..crashpoints import NO_CRASH, CrashPlan, CrashPoint
+from ..database import read_transaction, transaction
+from ..effects import TICKET_TIMEOUT, Effect, EffectNotDone, find_effect_txn, open_ticket
+from ..errors import InconsistentRun, StepOrderError, UnknownBug
+from ..jsontext import canonical_json
+from ..provider import ReadAdapter
+from ..receipts import Receipt, find_receipt_txn, issue_receipt_txn
+from ..report import build_report
+from ..steps import Step
+from ..store import Run, advance_txn, load_evidence_txn, store_evidence_txn
 
 
 class TwoCommitCoordinator(Coordinator):
@@ -94,7 +94,7 @@ class RetryWithoutKeyCoordinator(Coordinator):
     """Opens the ticket the way a hurried client does: a new request id per attempt, retry on timeout."""
 
     def open_ticket(self, incident: str) -> Effect:
-        from .tickets import post_ticket
+        from ..tickets import post_ticket
 
         assert self.tickets is not None, "this variant needs a ticket service"
         with transaction(self.conn):

@@ -55,17 +55,17 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .children import this_labkit
-from .clock import TickingClock, parse_instant
-from .coordinator import WORKFLOW_VERSION
-from .database import check_path, open_database, read_transaction, set_wal, transaction
-from .errors import BadInput, shown
-from .jsontext import sha256_hex
-from .receipts import receipt_id_for
-from .retention import location_for
+from ..children import this_labkit
+from ..clock import TickingClock, parse_instant
+from ..coordinator import WORKFLOW_VERSION
+from ..database import check_path, open_database, read_transaction, set_wal, transaction
+from ..errors import BadInput, shown
+from ..jsontext import sha256_hex
+from ..receipts import receipt_id_for
+from ..retention import location_for
 
 if TYPE_CHECKING:
-    from .retention import BoundedEvidence
+    from ..retention import BoundedEvidence
 
 #: The seed's trial workload.
 SEED_INCIDENTS_PER_DAY = 100
@@ -248,7 +248,7 @@ _NOT_PER_INCIDENT = ("migrations", "retentions")
 
 def profile_of(db: str | Path) -> Profile:
     """What labkit wrote for each incident of an existing database, as SQLite record sizes."""
-    from .store import TABLES, connect_readonly
+    from ..store import TABLES, connect_readonly
 
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         incidents = [row[0] for row in conn.execute("SELECT incident FROM runs ORDER BY rowid")]
@@ -285,7 +285,7 @@ def profile_of(db: str | Path) -> Profile:
 @cache
 def empty_database_pages() -> int:
     """Pages of a labkit database with no rows: the schema, and one root page per table and index."""
-    from .store import connect
+    from ..store import connect
 
     with tempfile.TemporaryDirectory(prefix="labkit-empty-") as folder, closing(connect(Path(folder) / "empty.db")) as conn:
         return conn.execute("PRAGMA page_count").fetchone()[0]
@@ -298,9 +298,9 @@ def labkit_profile() -> Profile:
     Made once per process, in a temporary folder, with the reference provider and a pinned
     clock: what labkit writes for one incident, today, whatever columns the schema has.
     """
-    from .coordinator import Coordinator
-    from .provider import ReferenceProvider, list_incidents
-    from .store import connect
+    from ..coordinator import Coordinator
+    from ..provider import ReferenceProvider, list_incidents
+    from ..store import connect
 
     with tempfile.TemporaryDirectory(prefix="labkit-profile-") as folder:
         db = Path(folder) / "profile.db"
@@ -521,9 +521,9 @@ class _Template:
 
 
 def _templates(folder: Path) -> list[_Template]:
-    from .contract import check_evidence
-    from .provider import ReferenceProvider, list_incidents
-    from .retention import bound_evidence
+    from ..contract import check_evidence
+    from ..provider import ReferenceProvider, list_incidents
+    from ..retention import bound_evidence
 
     provider = ReferenceProvider(folder / "simulation-provider-calls.jsonl")
     templates = []
@@ -563,14 +563,14 @@ def simulate(
     does not. A year at the seed's figures takes under two seconds; a smaller workload is
     proportionally faster.
     """
-    from .assessments import latest_assessment_txn
-    from .contract import CONTRACT
-    from .provider import REFERENCE_PROVIDER
-    from .receipts import issue_receipt_txn
-    from .report import build_report
-    from .retention import database_bytes, record_redactions_txn, retain_txn, store_bounded_txn
-    from .steps import Step
-    from .store import TABLES, advance_txn, connect, create_run_txn, store_evidence_txn
+    from ..assessments import latest_assessment_txn
+    from ..contract import CONTRACT
+    from ..provider import REFERENCE_PROVIDER
+    from ..receipts import issue_receipt_txn
+    from ..report import build_report
+    from ..retention import database_bytes, record_redactions_txn, retain_txn, store_bounded_txn
+    from ..steps import Step
+    from ..store import TABLES, advance_txn, connect, create_run_txn, store_evidence_txn
 
     days = _whole("days", days, 1, MAX_DAYS)
     incidents_per_day = _whole("incidents_per_day", incidents_per_day, 1, MAX_INCIDENTS_PER_DAY)
@@ -680,11 +680,11 @@ class _Shape:
 
 
 def _shape(template: _Template, raw_inline: bool, inputs: dict[str, object]) -> _Shape:
-    from .assessments import Assessment
-    from .contract import CONTRACT
-    from .jsontext import canonical_json
-    from .report import build_report
-    from .store import Evidence
+    from ..assessments import Assessment
+    from ..contract import CONTRACT
+    from ..jsontext import canonical_json
+    from ..report import build_report
+    from ..store import Evidence
 
     bounded = template.bounded
     body = dict(bounded.body, **({INLINE_KEY: template.raw_value} if raw_inline else {}))
@@ -785,7 +785,7 @@ def _insert_rows_txn(conn: sqlite3.Connection, built: list[dict[str, list[tuple[
 
 def _check_same_rows(conn: sqlite3.Connection, expected: list[dict[str, list[tuple[object, ...]]]]) -> None:
     """Refuse to go on if the helpers wrote, for the first day, other rows than :func:`_incident_rows` builds."""
-    from .store import TABLES
+    from ..store import TABLES
 
     incidents = [incident["runs"][0][0] for incident in expected]
     marks = ", ".join("?" * len(incidents))
@@ -807,7 +807,7 @@ def _check_same_rows(conn: sqlite3.Connection, expected: list[dict[str, list[tup
                           for theirs, mine in zip(stored, built, strict=False) if theirs != mine),
                          f"{len(stored)} rows written, {len(built)} built")
             raise SimulationDrift(f"the simulation's fast path no longer writes what labkit's store helpers write, in {table}: "
-                                  f"{where}; update labkit.capacity._incident_rows")
+                                  f"{where}; update labkit.lab.capacity._incident_rows")
 
 
 @dataclass(frozen=True)
@@ -923,7 +923,7 @@ class ContentionRow:
 
 _WRITER = """
 import json, sys
-from labkit.capacity import _writer_child
+from labkit.lab.capacity import _writer_child
 print(json.dumps(_writer_child(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))), flush=True)
 """
 
