@@ -51,11 +51,12 @@ from .engines import engine as engine_named
 from .engines.labkit import recorded_step
 from .errors import BadInput
 from .invariants import STATEMENTS, check_invariants
+from .lab.ticket_service import ticket_service
 from .naive import CRASH_BUGS, coordinator_class
 from .provider import CallLog, call_log_for
 from .steps import Step
 from .store import connect, connect_readonly, find_run_txn
-from .tickets import all_tickets, ticket_service
+from .ticket_client import all_tickets
 from .worker import LeasedWorker
 
 # INCIDENT (from labkit.engines) is the incident every scenario drives: one run per database

@@ -46,6 +46,7 @@ from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
 from .steps import Step
 from .store import Run, advance_txn, load_evidence_txn, store_evidence_txn
+from .ticket_client import post_ticket
 
 
 class TwoCommitCoordinator(Coordinator):
@@ -94,8 +95,6 @@ class RetryWithoutKeyCoordinator(Coordinator):
     """Opens the ticket the way a hurried client does: a new request id per attempt, retry on timeout."""
 
     def open_ticket(self, incident: str) -> Effect:
-        from .tickets import post_ticket
-
         assert self.tickets is not None, "this variant needs a ticket service"
         with transaction(self.conn):
             effect = find_effect_txn(self.conn, incident)

@@ -46,8 +46,9 @@ from ..children import ChildEnd, end_of, first_line, fork, in_child
 from ..crashpoints import CrashPlan, check_point, points
 from ..errors import BadInput, UnknownIncident, shown
 from ..invariants import InvariantResult, check_invariants
+from ..lab.ticket_service import ticket_service
 from ..provider import CallLog, ReferenceProvider, call_log_for, data_dir, list_incidents
-from ..tickets import all_tickets, ticket_service
+from ..ticket_client import all_tickets
 from .dbos import POSTGRES_ENV, DbosEngine, IncidentApp
 
 #: The incidents :func:`two_workers` shares out unless told otherwise: A takes the 1st and 3rd, B the 2nd and 4th.

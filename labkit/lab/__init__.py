@@ -1,0 +1,1 @@
+"""What exists only to teach or measure: the ticket service, the lock measurements, the races."""
