@@ -43,6 +43,7 @@ from .effects import resolve as resolve_effect
 from .errors import BadInput, LabError, RunFailure, UnknownIncident, report, shown
 from .evaluation import evaluate
 from .naive import BUGS, CRASH_BUGS, coordinator_class
+from .pool import DEFAULT_LEASE_SECONDS, work
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .recovery import Resumed, recover
 from .retention import check_days, retain
@@ -50,7 +51,6 @@ from .status import status_of
 from .steps import Step
 from .store import connect, connect_readonly, latest_time_txn
 from .versioning import check_supported, migrate, migration_log, reevaluate
-from .worker import DEFAULT_LEASE_SECONDS, work
 from .workspace import reset
 
 
