@@ -153,3 +153,17 @@ def test_the_engines_import_nothing_of_the_lessons_machinery():
     lessons = {"labkit.explorer", "labkit.exercises", "labkit.lesson", "labkit.display", "labkit.workspace"}
     reached = {name: graph[name] & lessons for name in sorted(engines)}
     assert not any(reached.values()), reached
+
+
+def test_the_mechanisms_that_talk_to_the_lab_import_nothing_from_it():
+    """The ticket client, the leased worker and the work pool serve the lab's service and
+    measurements, never the other way round: the client never loads the server it talks to."""
+    graph = import_graph()
+    lab = {name for name in graph if name == "labkit.lab" or name.startswith("labkit.lab.")}
+    assert {"labkit.lab.ticket_service", "labkit.lab.locks", "labkit.lab.races"} <= lab
+    for mechanism in ("labkit.ticket_client", "labkit.worker", "labkit.pool"):
+        seen, frontier = set(), [mechanism]
+        while frontier:  # everything the mechanism imports, directly or not
+            frontier = [target for name in frontier for target in graph[name] if target not in seen]
+            seen.update(frontier)
+        assert not seen & lab, (mechanism, sorted(seen & lab))
