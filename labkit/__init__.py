@@ -13,7 +13,8 @@ The modules mirror the architecture in the lab's design:
 - :mod:`labkit.invariants`: the seven invariants checked after crash and recovery
 - :mod:`labkit.status`: what ``status --json`` reports, reads counted from the provider's log
 - :mod:`labkit.leases`: leases with fencing tokens, and the fenced commit (``FENCE``)
-- :mod:`labkit.worker`: the leased flow (``LeasedWorker``), the ``work`` pool, the lock measurements
+- :mod:`labkit.worker`: the leased flow (``LeasedWorker``)
+- :mod:`labkit.pool`: the ``work`` pool of worker processes
 - :mod:`labkit.redaction`: sensitive values replaced before anything is stored, and the record of it
 - :mod:`labkit.retention`: bounded evidence, raw diagnostics kept apart by reference, ``retain``
 - :mod:`labkit.lab.capacity`: the capacity model, a simulated year, writers contending (loaded on first use)

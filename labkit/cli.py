@@ -44,6 +44,7 @@ from .errors import BadInput, LabError, RunFailure, UnknownIncident, report, sho
 from .evaluation import evaluate
 from .lab.naive import BUGS, CRASH_BUGS, coordinator_class
 from .lab.workspace import reset
+from .pool import work
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .recovery import Resumed, recover
 from .retention import check_days, retain
@@ -51,7 +52,7 @@ from .status import status_of
 from .steps import Step
 from .store import connect, connect_readonly, latest_time_txn
 from .versioning import check_supported, migrate, migration_log, reevaluate
-from .worker import DEFAULT_LEASE_SECONDS, work
+from .worker import DEFAULT_LEASE_SECONDS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -120,9 +121,9 @@ def _parser(words: list[str] | None = None) -> argparse.ArgumentParser:
         help="the remote ticket service of 09_external_effects (its own SQLite file); first stdout line: its base URL",
     )
     if words is None or "ticket-service" in words:
-        from . import tickets
+        from .lab import ticket_service
 
-        tickets.add_arguments(service)
+        ticket_service.add_arguments(service)
     mig = commands.add_parser("migrate", help="move every run of the previous workflow version to VERSION, logged", allow_abbrev=False)
     mig.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database")
     mig.add_argument("--to", required=True, type=int, action=_Once, metavar="VERSION", help="the workflow version to move runs to")
@@ -436,9 +437,9 @@ def _explore(args) -> int:
 
 
 def _ticket_service(args) -> int:
-    from . import tickets
+    from .lab import ticket_service
 
-    return tickets.run(args)
+    return ticket_service.run(args)
 
 
 def _crash_points(args) -> int:

@@ -35,7 +35,7 @@ from .store import Evidence, Run, advance_txn, create_run_txn, find_run_txn, loa
 from .versioning import CURRENT_VERSION, check_run_version, check_supported
 
 if TYPE_CHECKING:
-    from .tickets import KeyLookup
+    from .ticket_client import KeyLookup
 
 #: The control flow this code implements. Bumped when a step changes meaning; runs stored
 #: under the old number are then refused until migrated (labkit.versioning, 08_versioning).

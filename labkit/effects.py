@@ -14,7 +14,7 @@ identity** (:func:`operation_key`) that travels with every request as its
 - ``resolved``: a person decided (``python -m labkit resolve``), with a reason.
 
 Recovery never resends blindly. It first asks the destination by key
-(:func:`~labkit.tickets.tickets_for_key`): found, the ticket is recorded; absent, the same
+(:func:`~labkit.ticket_client.tickets_for_key`): found, the ticket is recorded; absent, the same
 request is sent again under the same key (the service replays, it cannot duplicate);
 cannot be asked, the effect stays uncertain for a person. That choice is one small function,
 :func:`reconciliation_decision`, which recovery takes as a parameter (``decide=``) so that a
@@ -28,7 +28,6 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from contextlib import closing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from .clock import Clock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
@@ -36,9 +35,7 @@ from .database import require_write_transaction, transaction
 from .errors import BadInput, RunFailure, UnknownRun
 from .jsontext import canonical_json, sha256_hex
 from .store import connect
-
-if TYPE_CHECKING:
-    from .tickets import KeyLookup
+from .ticket_client import KeyLookup, post_ticket, tickets_for_key
 
 #: The ledger's table is in labkit.schema (EFFECTS_TABLE_V4); its CHECK holds the rule the
 #: lesson is about: an effect is never done without the destination's ticket.
@@ -226,10 +223,6 @@ def open_ticket(
     Only an effect known not to be at the destination is sent, and always under the same
     key and body.
     """
-    # The HTTP client and server module (http.server, ssl): loaded only by a run that opens a
-    # ticket, so that every other command starts without it.
-    from .tickets import post_ticket, tickets_for_key
-
     with transaction(conn):
         effect = find_effect_txn(conn, incident)
     if effect is None:

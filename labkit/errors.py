@@ -285,6 +285,38 @@ class BadClock(BadInput):
         super().__init__(f"LABKIT_CLOCK={shown(value)} {reason}")
 
 
+class BadTicketServiceUrl(BadInput):
+    """``--tickets URL`` (or a lesson's URL) that cannot be the base URL of a ticket service."""
+
+    def __init__(self, url: str, reason: str):
+        self.url, self.reason = url, reason
+        super().__init__(f"ticket service URL {shown(url)}: {reason}")
+
+
+class NotATicketStore(BadInput):
+    """A SQLite file that is not the ticket service's own: it will not add its table to it."""
+
+    def __init__(self, path: str, reason: str):
+        self.path, self.reason = path, reason
+        super().__init__(f"{shown(path, 200)} is a SQLite database, but not a ticket service store ({reason}); refusing to touch it")
+
+
+class BadServiceOption(BadInput):
+    """An option of ``ticket-service`` that the service refuses before touching any file."""
+
+    def __init__(self, option: str, value: object, reason: str):
+        self.option, self.value, self.reason = option, value, reason
+        super().__init__(f"{option} {shown(value)}: {reason}")
+
+
+class BadWorkOption(BadInput):
+    """An option of ``work`` (or of the lock measurements) out of its range, refused before anything is created."""
+
+    def __init__(self, option: str, value: object, expected: str):
+        self.option, self.value, self.expected = option, value, expected
+        super().__init__(f"{option} {shown(value)}: expected {expected}")
+
+
 # --------------------------------------------------------------------------- run-time failures (exit 1)
 
 
@@ -324,3 +356,11 @@ class DatabaseUnavailable(RunFailure):
     def __init__(self, path: str, reason: str):
         self.path, self.reason = path, reason
         super().__init__(f"cannot use database {shown(path, 200)}: {reason}")
+
+
+class CannotListen(RunFailure):
+    """The ticket service could not bind its port (in use, or not allowed)."""
+
+    def __init__(self, port: int, reason: str, host: str = "127.0.0.1"):  # the service's only address
+        self.port, self.reason, self.host = port, reason, host
+        super().__init__(f"the ticket service cannot listen on {host}:{port}: {reason}")

@@ -49,6 +49,7 @@ from .errors import BadInput, NotARegularFile, shown
 from .provider import DEFAULT_DATA_DIR, CallLog, call_log_for, data_dir
 from .steps import Step
 from .store import connect_readonly
+from .ticket_store import store_rows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -409,7 +410,7 @@ def recovery_score(db: str | Path, *, ticket_store: str | Path | None = None) ->
     """The recovery scorecard of a checkpoint database, with the destination's tickets when ``ticket_store`` is given.
 
     Reads only ``runs``, ``receipts`` and ``effects``, the provider's call log beside ``db``
-    and the ticket store (read-only, :func:`labkit.tickets.store_rows`). Tickets are counted
+    and the ticket store (read-only, :func:`labkit.ticket_store.store_rows`). Tickets are counted
     for this database's runs only: a store may serve several databases.
     """
     log = CallLog(call_log_for(db))
@@ -418,8 +419,6 @@ def recovery_score(db: str | Path, *, ticket_store: str | Path | None = None) ->
     if ticket_store is not None:
         if not os.path.lexists(ticket_store):
             raise TicketStoreMissing(ticket_store)
-        from .tickets import store_rows  # the HTTP server's module, loaded only when a store is given
-
         held = store_rows(ticket_store)
     with scoped_connection(db, "recovery", RECOVERY_TABLES) as conn:
         runs = [(row["incident"], row["step"], row["receipts"], row["uncertain"]) for row in conn.execute(RECOVERY_RUNS_SQL)]

@@ -44,6 +44,7 @@ from .provider import CallLog, ReadAdapter
 from .recovery import recover
 from .steps import Step
 from .store import connect_readonly, list_runs_txn, snapshot
+from .ticket_client import all_tickets
 
 
 @dataclass(frozen=True)
@@ -130,8 +131,6 @@ def check_invariants(
     record(6, [] if integrity == "ok" else [integrity], "ok")
 
     if tickets is not None:
-        from .tickets import all_tickets  # the HTTP client and server module: only runs with a ticket need it
-
         held = all_tickets(tickets)
         by_key: dict[str, list[str]] = {}
         for ticket in held:

@@ -28,7 +28,7 @@ from .steps import Step
 from .store import connect, list_runs_txn
 
 if TYPE_CHECKING:
-    from .tickets import KeyLookup
+    from .ticket_client import KeyLookup
 
 
 @dataclass(frozen=True)

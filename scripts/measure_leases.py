@@ -8,7 +8,7 @@ real worker processes started together. Printed per flow and count: runs per sec
 long each run held SQLite's write lock (summed over its transactions), the longest single
 hold, and how long a second writer waited for the lock while they ran. The figures come from
 this machine as it is now: a loaded machine gives slower, noisier numbers. They are printed,
-never compared with stored ones (labkit.worker.measure_flows; 10_leases_and_fencing).
+never compared with stored ones (labkit.lab.locks.measure_flows; 10_leases_and_fencing).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import sys
 
 import labkit
-from labkit.worker import measure_flows, measurement_table
+from labkit.lab.locks import measure_flows, measurement_table
 
 
 def main(argv: list[str]) -> int:

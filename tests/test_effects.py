@@ -1,7 +1,7 @@
 """External effects against the real ticket service and the real command line (09_external_effects).
 
 Every case has its own checkpoint database and its own ticket service: a child process on
-127.0.0.1 (``labkit.tickets.TicketService``) keeping its own SQLite store in a folder of its
+127.0.0.1 (``labkit.lab.ticket_service.TicketService``) keeping its own SQLite store in a folder of its
 own. The workflow is always driven through ``python -m labkit run|recover --tickets URL``. For
 every fault mode and every crash point around the send, the tests check:
 
@@ -29,7 +29,7 @@ import pytest
 
 import labkit
 from labkit.lab.processes import child_env
-from labkit.tickets import DROP, FAIL, NO_IDEMPOTENCY, SLOW, TicketService
+from labkit.lab.ticket_service import DROP, FAIL, NO_IDEMPOTENCY, SLOW, TicketService
 
 INC = "INC-1003"
 KILLED = -signal.SIGKILL

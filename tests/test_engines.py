@@ -26,8 +26,8 @@ from labkit.engines.dbos import BadDbosUrl, IncidentApp, Paths, workflows_of
 from labkit.errors import BadInput
 from labkit.invariants import check_invariants
 from labkit.lab.explorer import BadExploreOption, explore, in_child
+from labkit.lab.ticket_service import ticket_service
 from labkit.provider import CallLog, ReferenceProvider, call_log_for
-from labkit.tickets import ticket_service
 
 RUN_POINTS = points(tickets=True)
 ENGINES = ("labkit", "dbos")

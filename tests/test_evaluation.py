@@ -36,7 +36,8 @@ from labkit.evaluation import (
     scoped_connection,
     task_score,
 )
-from labkit.tickets import SLOW, TicketService, post_ticket
+from labkit.lab.ticket_service import SLOW, TicketService
+from labkit.ticket_client import post_ticket
 
 # Not imported from conftest: tests/browser has a conftest of its own, and which one "conftest"
 # names depends on collection order.

@@ -118,7 +118,7 @@ def shortest_cycle(graph: dict[str, set[str]], group: tuple[str, ...]) -> list[s
 def test_the_graph_sees_imports_at_every_level():
     graph = import_graph()
     assert "labkit.store" in graph["labkit.coordinator"]  # module level
-    assert "labkit.tickets" in graph["labkit.cli"]  # inside a function
+    assert "labkit.lab.ticket_service" in graph["labkit.cli"]  # inside a function
 
 
 def test_a_cycle_is_found_and_named():
@@ -168,3 +168,17 @@ def test_the_engines_import_nothing_of_the_lessons_machinery():
     assert engines >= {"labkit.engines", "labkit.engines.base", "labkit.engines.labkit", "labkit.engines.dbos"}
     reached = {name: sorted(filter(_lab, graph[name])) for name in sorted(engines)}
     assert not any(reached.values()), reached
+
+
+def test_the_mechanisms_that_talk_to_the_lab_import_nothing_from_it():
+    """The ticket client, the leased worker and the work pool serve the lab's service and
+    measurements, never the other way round: the client never loads the server it talks to."""
+    graph = import_graph()
+    lab = {name for name in graph if name == "labkit.lab" or name.startswith("labkit.lab.")}
+    assert {"labkit.lab.ticket_service", "labkit.lab.locks", "labkit.lab.races"} <= lab
+    for mechanism in ("labkit.ticket_client", "labkit.worker", "labkit.pool"):
+        seen, frontier = set(), [mechanism]
+        while frontier:  # everything the mechanism imports, directly or not
+            frontier = [target for name in frontier for target in graph[name] if target not in seen]
+            seen.update(frontier)
+        assert not seen & lab, (mechanism, sorted(seen & lab))

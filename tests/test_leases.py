@@ -21,6 +21,8 @@ from labkit.clock import ManualClock
 from labkit.database import read_transaction, transaction
 from labkit.errors import BadInput, DatabaseUnavailable, InjectedFailure, RunFailure, UnknownRun, WorkflowVersionMismatch
 from labkit.lab.exercises import check_fenced_commit
+from labkit.lab.locks import measure_flows, measurement_table
+from labkit.lab.races import stale_worker_race
 from labkit.leases import (
     FENCE,
     BadLeaseSeconds,
@@ -40,7 +42,7 @@ from labkit.leases import (
     stale_commits_txn,
 )
 from labkit.store import create_run_txn, snapshot
-from labkit.worker import LeasedWorker, measure_flows, measurement_table, stale_worker_race
+from labkit.worker import LeasedWorker
 
 TTL = 30.0
 INC = "INC-1001"

@@ -29,16 +29,11 @@ import pytest
 
 import labkit
 from labkit.jsontext import canonical_json
+from labkit.lab import ticket_service
 from labkit.lab.processes import child_env
-from labkit.tickets import (
-    HOST,
-    TicketService,
-    TicketServiceFailed,
-    post_ticket,
-    request_digest,
-    store_rows,
-    tickets_for_key,
-)
+from labkit.lab.ticket_service import HOST, TicketService, TicketServiceFailed
+from labkit.ticket_client import post_ticket, tickets_for_key
+from labkit.ticket_store import request_digest, store_rows
 
 BODY = {"incident": "INC-1005", "title": "Queue orders.created is backing up", "summary": "consumers stalled"}
 OTHER = {**BODY, "summary": "a different summary"}
@@ -356,7 +351,7 @@ def test_it_refuses_to_listen_anywhere_but_127_0_0_1(tmp_path, store):
         assert done.stderr.count("\n") == 1 and "listens on 127.0.0.1 only" in done.stderr
     assert list(tmp_path.iterdir()) == [], "refused before the store was touched"
     with pytest.raises(labkit.BadInput, match="127.0.0.1 only"):
-        labkit.tickets.TicketServer(store, host="0.0.0.0")
+        ticket_service.TicketServer(store, host="0.0.0.0")
 
 
 def other_programs_database(path: Path) -> None:
@@ -417,12 +412,12 @@ def test_bad_options_are_refused_in_one_line(store, service):
 
 def test_a_refusal_with_a_line_break_in_its_reason_is_still_one_line(store, monkeypatch, capsys):
     """The ticket service's command prints its errors through labkit.errors.error_line, like every command."""
-    from labkit import cli, tickets
+    from labkit import cli
 
     def cannot_listen(*args, **kwargs):
-        raise tickets.CannotListen(8080, "first line\nsecond line")
+        raise labkit.errors.CannotListen(8080, "first line\nsecond line")
 
-    monkeypatch.setattr(tickets, "TicketServer", cannot_listen)
+    monkeypatch.setattr(ticket_service, "TicketServer", cannot_listen)
     assert cli.main(["ticket-service", "--store", str(store)]) == 1
     assert capsys.readouterr() == ("", f"labkit: failed: the ticket service cannot listen on {HOST}:8080: first line second line\n")
     with pytest.raises(SystemExit) as refused:  # argparse's own message quotes the stray word as typed
@@ -435,8 +430,7 @@ def test_the_service_logs_an_unexpected_error_in_one_line(capsys):
     try:
         raise ValueError("first line\nsecond line")
     except ValueError:
-        tickets_module = sys.modules["labkit.tickets"]
-        tickets_module.TicketServer.handle_error(None, None, None)  # type: ignore[arg-type]
+        ticket_service.TicketServer.handle_error(None, None, None)  # type: ignore[arg-type]
     assert capsys.readouterr().err == "ticket service: ValueError: first line second line\n"
 
 
@@ -450,7 +444,7 @@ def test_nothing_is_left_running(tmp_path, store):
     script = textwrap.dedent(
         f"""
         import os, signal, sys
-        from labkit.tickets import TicketService
+        from labkit.lab.ticket_service import TicketService
         service = TicketService({str(store)!r}).start()
         print(service.pid, flush=True)
         if sys.argv[1] == "kill":

@@ -428,48 +428,48 @@ def test_soak_many_trials_of_random_kills_and_stalls(tmp_path):
 
 
 @pytest.fixture
-def worker_module(monkeypatch):
-    """labkit.worker with its stdin watcher switched off: the test, not a parent, owns stdin."""
-    from labkit import worker
+def pool_module(monkeypatch):
+    """labkit.pool with its stdin watcher switched off: the test, not a parent, owns stdin."""
+    from labkit import pool
 
-    monkeypatch.setattr(worker, "_watch_parent", lambda stop, go: None)
-    return worker
+    monkeypatch.setattr(pool, "_watch_parent", lambda stop, go: None)
+    return pool
 
 
-def _failing_with(worker_module, monkeypatch, error: BaseException) -> None:
+def _failing_with(pool_module, monkeypatch, error: BaseException) -> None:
     def fail(*args):
         raise error
 
-    monkeypatch.setattr(worker_module, "_work_as", fail)
+    monkeypatch.setattr(pool_module, "_work_as", fail)
 
 
-def test_a_worker_reports_its_error_in_one_line_with_the_code_of_its_class(worker_module, monkeypatch, capsys):
-    _failing_with(worker_module, monkeypatch, labkit.errors.BadInput("first line\nsecond line"))
-    assert worker_module.worker_process(["--db", "x.db", "--number", "3"]) == 2
+def test_a_worker_reports_its_error_in_one_line_with_the_code_of_its_class(pool_module, monkeypatch, capsys):
+    _failing_with(pool_module, monkeypatch, labkit.errors.BadInput("first line\nsecond line"))
+    assert pool_module.worker_process(["--db", "x.db", "--number", "3"]) == 2
     assert capsys.readouterr().err == "labkit: error: worker 3: first line second line\n"
-    _failing_with(worker_module, monkeypatch, labkit.errors.ProviderUnavailable("INC-1001", "down\nfor now"))
-    assert worker_module.worker_process(["--db", "x.db", "--number", "1"]) == 1
+    _failing_with(pool_module, monkeypatch, labkit.errors.ProviderUnavailable("INC-1001", "down\nfor now"))
+    assert pool_module.worker_process(["--db", "x.db", "--number", "1"]) == 1
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("labkit: failed: worker 1: ") and "down for now" in line
 
 
-def test_a_worker_classifies_a_sqlite_error_as_the_command_line_does(worker_module, monkeypatch, capsys):
+def test_a_worker_classifies_a_sqlite_error_as_the_command_line_does(pool_module, monkeypatch, capsys):
     """Damage is bad input (exit 2, `error`) in a worker too: before, every SQLite error there was `failed`, exit 1."""
     damaged = sqlite3.DatabaseError("database disk image is malformed\n(page 7)")
     damaged.sqlite_errorcode = sqlite3.SQLITE_CORRUPT  # type: ignore[attr-defined]
-    _failing_with(worker_module, monkeypatch, damaged)
-    assert worker_module.worker_process(["--db", "x.db", "--number", "2"]) == 2
+    _failing_with(pool_module, monkeypatch, damaged)
+    assert pool_module.worker_process(["--db", "x.db", "--number", "2"]) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("labkit: error: worker 2: ") and "malformed (page 7)" in line
 
 
-def test_a_worker_that_stops_on_a_bug_says_so_in_one_line(worker_module, monkeypatch, capsys):
-    _failing_with(worker_module, monkeypatch, KeyError("a\nb"))
-    assert worker_module.worker_process(["--db", "x.db", "--number", "4"]) == 1
+def test_a_worker_that_stops_on_a_bug_says_so_in_one_line(pool_module, monkeypatch, capsys):
+    _failing_with(pool_module, monkeypatch, KeyError("a\nb"))
+    assert pool_module.worker_process(["--db", "x.db", "--number", "4"]) == 1
     assert capsys.readouterr().err == "labkit: failed: worker 4 stopped on KeyError: 'a\\nb'\n"
 
 
-def test_a_run_that_fails_under_lease_is_one_line_and_the_worker_goes_on(worker_module, capsys):
+def test_a_run_that_fails_under_lease_is_one_line_and_the_worker_goes_on(pool_module, capsys):
     stop = threading.Event()
 
     class Worker:  # stands in for LeasedWorker: one lease, whose finish is refused
@@ -482,6 +482,6 @@ def test_a_run_that_fails_under_lease_is_one_line_and_the_worker_goes_on(worker_
         def release(self, lease, failure):
             stop.set()
 
-    assert worker_module._lease_loop(Worker(), None, None, worker_module._Output(stop), stop) == 2
+    assert pool_module.lease_loop(Worker(), None, None, pool_module.WorkerOutput(stop), stop) == 2
     [line] = capsys.readouterr().err.splitlines()
     assert line.startswith("labkit: error: ") and "missing here" in line

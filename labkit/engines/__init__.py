@@ -7,7 +7,7 @@ class per engine behind one interface (:class:`Engine`, in :mod:`labkit.engines.
   state rows and ``python -m labkit recover``;
 - ``dbos`` (:class:`~labkit.engines.dbos.DbosEngine`): the same workflow written for DBOS Transact,
   recovered by ``DBOS.launch()``; its system database in SQLite beside the run, or on the
-  PostgreSQL server that ``system_url`` names (:mod:`labkit.engines.postgres_workers` runs two
+  PostgreSQL server that ``system_url`` names (:mod:`labkit.lab.postgres_workers` runs two
   workers on one).
 
 What differs is said in each engine's class and nowhere else: how to drive and recover a run,

@@ -65,6 +65,7 @@ from ..provider import Reading, ReferenceProvider, call_log_for, read_with_diagn
 from ..receipts import find_receipt_txn
 from ..steps import Step
 from ..store import connect
+from ..ticket_client import post_ticket
 from .base import INCIDENT, Engine
 
 APP_NAME = "labkit-incidents"
@@ -252,8 +253,6 @@ def _register(DBOS: Any, app: IncidentApp) -> Any:
 
     @DBOS.step(name="open_ticket")
     def open_ticket(incident: str, tickets: str) -> dict:
-        from ..tickets import post_ticket
-
         with closing(connect(db)) as conn, read_transaction(conn):
             receipt = find_receipt_txn(conn, incident)
         if receipt is None:

@@ -21,8 +21,8 @@ from ..status import status_of
 from ..store import connect_readonly
 
 if TYPE_CHECKING:
-    from ..tickets import TicketService
     from .processes import ChildOutcome
+    from .ticket_service import TicketService
 
 
 def _query(db: str | Path, sql: str, params: tuple = ()) -> pd.DataFrame:
@@ -133,7 +133,7 @@ def tickets_frame(store: str | Path | TicketService) -> pd.DataFrame:
     Its ids come from the store's own sequence and its times from the service's pinned clock,
     so the frame is the same on every run of a lesson; a NULL key is a service that ignores keys.
     """
-    from ..tickets import TicketService, store_rows
+    from .ticket_service import TicketService, store_rows
 
     path = store.store if isinstance(store, TicketService) else store
     rows = [(r["ticket_id"], r["idempotency_key"] or "(none)", r["incident"], r["created_at"]) for r in store_rows(path)]

@@ -885,8 +885,8 @@ def reconciliation_trials(decide: Callable | None = None) -> list[Reconciliation
     from ..effects import DECISIONS, find_effect_txn, reconciliation_decision
     from ..recovery import recover
     from ..store import connect_readonly, snapshot
-    from ..tickets import Faults, ticket_service
     from .processes import _FOLDERS, race
+    from .ticket_service import Faults, ticket_service
 
     chosen = decide or reconciliation_decision
     asked: list[str] = []
@@ -954,7 +954,7 @@ class _Service:
     url: str
 
     def tickets(self) -> list[dict[str, Any]]:
-        from ..tickets import all_tickets
+        from ..ticket_client import all_tickets
 
         return all_tickets(self.url)
 
@@ -969,7 +969,7 @@ def _what_it_was_told(trial: ReconciliationTrial) -> str:
 def check_reconciliation(decide: Callable) -> None:
     """``decide(lookup) -> "record" | "send_again" | "leave_uncertain"``: what recovery does with the destination's answer.
 
-    ``lookup`` is a :class:`labkit.tickets.KeyLookup`: ``lookup.outcome`` is ``"found"``
+    ``lookup`` is a :class:`labkit.ticket_client.KeyLookup`: ``lookup.outcome`` is ``"found"``
     (``lookup.ticket`` names the ticket), ``"absent"``, or something that settles nothing
     (``"cannot_query"``: the service keeps no keys; ``"unknown"``, ``"refused"``). Every case
     of :func:`reconciliation_trials` runs with it (every fault mode, both crash points around
@@ -1210,7 +1210,7 @@ def retention_case(space: Workspace, roles: dict[str, str]) -> None:
     """
     from ..clock import TickingClock
     from ..errors import RunFailure
-    from ..tickets import TicketService
+    from .ticket_service import TicketService
 
     with closing(space.connect()) as conn:
         for incident, role in roles.items():
@@ -1500,9 +1500,9 @@ def _driven(space: Workspace, *incidents: str, **options: Any) -> None:
 
 def _build_evaluation_cases() -> list[EvaluationCase]:
     from ..recovery import recover
-    from ..tickets import TicketService
     from ..versioning import reevaluate
     from .naive import coordinator_class
+    from .ticket_service import TicketService
 
     recovered = Workspace.create("13-case-recovered")
     _killed(recovered, "INC-1007", "after_evidence_commit")

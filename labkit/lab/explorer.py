@@ -54,9 +54,10 @@ from ..invariants import STATEMENTS, check_invariants
 from ..provider import CallLog, call_log_for
 from ..steps import Step
 from ..store import connect, connect_readonly, find_run_txn
-from ..tickets import all_tickets, ticket_service
+from ..ticket_client import all_tickets
 from ..worker import LeasedWorker
 from .naive import CRASH_BUGS, coordinator_class
+from .ticket_service import ticket_service
 
 # INCIDENT (from labkit.engines) is the incident every scenario drives: one run per database
 # keeps each row of the table about one thing.

@@ -94,7 +94,7 @@ class RetryWithoutKeyCoordinator(Coordinator):
     """Opens the ticket the way a hurried client does: a new request id per attempt, retry on timeout."""
 
     def open_ticket(self, incident: str) -> Effect:
-        from ..tickets import post_ticket
+        from ..ticket_client import post_ticket
 
         assert self.tickets is not None, "this variant needs a ticket service"
         with transaction(self.conn):

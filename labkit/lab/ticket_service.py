@@ -1,4 +1,4 @@
-"""The remote ticket service of 09_external_effects, and the client the workflow reaches it with.
+"""The remote ticket service of 09_external_effects: its store, its HTTP server, its command line, its launchers.
 
 The service is "the outside world": a real HTTP server in its own process, on 127.0.0.1
 only, keeping its own records in its own SQLite file (never labkit's checkpoint database).
@@ -27,9 +27,9 @@ Fault modes (``--fault``), for POST /tickets only, optionally for the first N PO
 ``fail-before-commit`` (500, nothing stored), ``no-idempotency`` (ignores the key: every POST
 makes a new ticket, stored with no key; ``GET ?key=`` answers 501, "cannot be queried by key").
 
-The client (:func:`post_ticket`, :func:`tickets_for_key`) turns every way a request can end
-into an outcome, and says which are knowable (see :class:`TicketAnswer`). A lesson starts the
-service as a child process with :class:`TicketService`.
+The client the workflow reaches it with is :mod:`labkit.ticket_client` (it never imports this
+module). ``python -m labkit ticket-service`` runs :func:`run`; a lesson starts the service as a
+child process with :class:`TicketService`, or forked with :func:`ticket_service`.
 """
 
 from __future__ import annotations
@@ -42,60 +42,34 @@ import os
 import queue
 import signal
 import sqlite3
-import ssl
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
-from functools import lru_cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from . import store as checkpoint_store
-from .children import collect, fork, pump
-from .clock import Clock, clock_from_env
-from .database import (
-    check_path,
+from ..children import collect, fork, pump
+from ..clock import Clock, clock_from_env
+from ..database import (
     names_a_folder,
     open_database,
-    quick_check,
     read_transaction,
-    schema_made_by,
-    set_wal,
     transaction,
-    translate,
 )
-from .errors import BadInput, DatabaseUnavailable, LabError, RunFailure, one_line, shown
-from .jsontext import JsonProblem, canonical_json, sha256_hex, strict_loads
-from .lab.processes import child_env
-
-if TYPE_CHECKING:  # httpx is imported where a request is made: `run` children that open no ticket never pay for it
-    import httpx
+from ..errors import BadServiceOption, CannotListen, DatabaseUnavailable, LabError, one_line, shown
+from ..jsontext import JsonProblem, canonical_json, strict_loads
+from ..ticket_client import all_tickets
+from ..ticket_store import COLUMNS, open_store, request_digest, store_rows
+from .processes import child_env
 
 #: The only address the service listens on: it is a lab's stand-in, never a public service.
 HOST = "127.0.0.1"
-
-#: Written into the store's header (``PRAGMA application_id``): "TKTS". labkit's checkpoint
-#: database says "LABK"; the two files can never be mistaken for each other.
-APPLICATION_ID = int.from_bytes(b"TKTS", "big")
-SCHEMA_VERSION = 1
-SCHEMA = (
-    """CREATE TABLE tickets (
-        ticket_id        TEXT PRIMARY KEY,        -- T-0001, T-0002, ...: from the store's own sequence
-        idempotency_key  TEXT UNIQUE,             -- NULL when the service ignored the key (no-idempotency)
-        request_digest   TEXT NOT NULL,           -- sha256 of the canonical request body: the draft's fingerprint
-        incident         TEXT NOT NULL,
-        title            TEXT NOT NULL,
-        body             TEXT NOT NULL,           -- the request as canonical JSON
-        created_at       TEXT NOT NULL
-    ) STRICT""",
-)
-COLUMNS = ("ticket_id", "idempotency_key", "request_digest", "incident", "title", "body", "created_at")
 
 SLOW, DROP, FAIL, NO_IDEMPOTENCY = "slow-after-commit", "drop-after-commit", "fail-before-commit", "no-idempotency"
 FAULTS = (SLOW, DROP, FAIL, NO_IDEMPOTENCY)
@@ -111,34 +85,6 @@ MAX_KEY_LENGTH = 255
 # --------------------------------------------------------------------------- errors
 
 
-class NotATicketStore(BadInput):
-    """A SQLite file that is not the ticket service's own: it will not add its table to it."""
-
-    def __init__(self, path: str, reason: str):
-        self.path, self.reason = path, reason
-        super().__init__(f"{shown(path, 200)} is a SQLite database, but not a ticket service store ({reason}); refusing to touch it")
-
-
-class BadServiceOption(BadInput):
-    """An option of ``ticket-service`` that the service refuses before touching any file."""
-
-    def __init__(self, option: str, value: object, reason: str):
-        self.option, self.value, self.reason = option, value, reason
-        super().__init__(f"{option} {shown(value)}: {reason}")
-
-
-class BadTicketServiceUrl(BadInput):
-    def __init__(self, url: str, reason: str):
-        self.url, self.reason = url, reason
-        super().__init__(f"ticket service URL {shown(url)}: {reason}")
-
-
-class CannotListen(RunFailure):
-    def __init__(self, port: int, reason: str):
-        self.port, self.reason = port, reason
-        super().__init__(f"the ticket service cannot listen on {HOST}:{port}: {reason}")
-
-
 class TicketServiceFailed(LabError):
     """The service's child process ended before it printed its URL; ``message`` is its one line."""
 
@@ -146,82 +92,6 @@ class TicketServiceFailed(LabError):
         self.returncode, self.message = returncode, message
         self.exit_code = returncode if returncode in (1, 2) else 1
         super().__init__(message or f"the ticket service exited with status {returncode} before printing its URL")
-
-
-# --------------------------------------------------------------------------- the service's own store
-
-
-def open_store(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
-    """Open (and, unless ``readonly``, create) the service's store, refusing any other file.
-
-    The same steps as :func:`labkit.store.connect`: the path checked, the file identified by
-    its application id, version and tables before anything is written, WAL, ``synchronous=FULL``
-    and the table made in one transaction. A missing file is created only when not ``readonly``.
-    """
-    path = check_path(path, must_exist=readonly)
-    conn = open_database(path, readonly=readonly)
-    try:
-        found = _identify(conn, path)
-        quick_check(conn, path)
-        if not readonly:
-            set_wal(conn)
-            conn.execute("PRAGMA synchronous = FULL")
-            if found == 0:
-                with transaction(conn):
-                    if _identify(conn, path) == 0:  # read again under the write lock
-                        for statement in SCHEMA:
-                            conn.execute(statement)
-                        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-    except sqlite3.Error as error:
-        conn.close()
-        raise translate(error, path) from None
-    except BaseException:
-        conn.close()
-        raise
-    return conn
-
-
-def _identify(conn: sqlite3.Connection, path: Path) -> int:
-    """0 for an empty file, else the store's version; anything else is refused in one line."""
-    with read_transaction(conn):
-        app_id, version, entries = conn.execute(
-            "SELECT (SELECT application_id FROM pragma_application_id),"
-            " (SELECT user_version FROM pragma_user_version),"
-            " (SELECT json_group_array(json_array(type, name, tbl_name, sql)) FROM"
-            "  (SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name))"
-        ).fetchone()
-    schema = [tuple(entry) for entry in json.loads(entries)]
-    tables = ", ".join(sorted(name for kind, name, _, _ in schema if kind == "table")[:3])
-    where = str(path)
-    if app_id == checkpoint_store.APPLICATION_ID:
-        raise NotATicketStore(where, "it is a labkit checkpoint database; the service keeps its own file")
-    if app_id not in (0, APPLICATION_ID):
-        raise NotATicketStore(where, f"its application id is {app_id}, another program's")
-    if app_id == 0:
-        if schema or version:
-            raise NotATicketStore(where, f"it holds tables ({tables or 'none'}) but not the ticket service's application id")
-        return 0
-    if version != SCHEMA_VERSION or schema != schema_made_by(list(SCHEMA)):
-        raise NotATicketStore(where, f"its schema (version {version}, tables {tables or 'none'}) is not the one this service writes")
-    return version
-
-
-def store_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Every row of the service's ``tickets`` table, in creation order, read directly and read-only.
-
-    For a lesson's "the service's own table" view; works while the service runs and after it
-    was killed (what it committed is in the file).
-    """
-    with closing(open_store(path, readonly=True)) as conn:
-        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'tickets'").fetchone() is None:
-            return []  # an empty file: the service has not started on it yet
-        return [dict(row) for row in conn.execute(f"SELECT {', '.join(COLUMNS)} FROM tickets ORDER BY rowid")]
-
-
-def request_digest(request: Mapping[str, object]) -> str:
-    """The request's fingerprint: sha256 of its canonical JSON (the draft's "checksum of the entire payload")."""
-    return sha256_hex(canonical_json(request))
 
 
 # --------------------------------------------------------------------------- the HTTP server
@@ -275,8 +145,8 @@ class TicketServer(ThreadingHTTPServer):
             super().__init__((HOST, port), _Handler)
         except OSError as error:
             if error.errno == errno.EADDRINUSE:
-                raise CannotListen(port, "the port is already in use") from None
-            raise CannotListen(port, error.strerror or str(error)) from None
+                raise CannotListen(port, "the port is already in use", HOST) from None
+            raise CannotListen(port, error.strerror or str(error), HOST) from None
 
     @property
     def url(self) -> str:
@@ -616,200 +486,6 @@ def _stop_when_stdin_closes() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
-# --------------------------------------------------------------------------- the client
-
-PostOutcome = Literal["created", "replayed", "refused", "failed", "unknown"]
-LookupOutcome = Literal["found", "absent", "cannot_query", "refused", "unknown"]
-
-
-@dataclass(frozen=True)
-class TicketAnswer:
-    """How one ``POST /tickets`` ended, as far as the sender can know.
-
-    Knowable (the destination's state for this key is certain):
-
-    - ``created`` (201) / ``replayed`` (200): the ticket exists; ``ticket`` is its id.
-    - ``refused`` (4xx; ``status`` says which): the destination did nothing for this request.
-      400 is a programming error (no key, a malformed body); 422 means the key was already used
-      with *another* body: the body must be rebuilt exactly as first sent, so record it with
-      the intent.
-    - ``failed``: nothing was done: the connection could not be made (the request never left),
-      or the service answered 5xx with its ``"stored": false`` promise.
-
-    Not knowable: ``unknown``: the request may or may not have been committed. A timeout after
-    the connection was made, a connection closed or reset before a whole answer, a 409 (a
-    request with this key still in progress), a 5xx without the promise, a 2xx whose body
-    cannot be read. Only asking the destination (:func:`tickets_for_key`) can settle it; where
-    it cannot be asked, a person must.
-    """
-
-    outcome: PostOutcome
-    ticket: str | None = None
-    status: int | None = None
-    detail: str = ""
-
-    @property
-    def knowable(self) -> bool:
-        return self.outcome != "unknown"
-
-    @property
-    def committed(self) -> bool | None:
-        """True: a ticket exists for this key; False: this request made nothing; None: cannot know."""
-        return {"created": True, "replayed": True, "refused": False, "failed": False}.get(self.outcome)
-
-
-@dataclass(frozen=True)
-class KeyLookup:
-    """What ``GET /tickets?key=K`` told.
-
-    - ``found`` (``ticket`` is the id) / ``absent``: knowable as of the read. ``absent`` does not
-      stop a request still in flight from committing later; sending again *with the same key*
-      is safe all the same, since the service replays it.
-    - ``cannot_query`` (501): the service keeps no keys; nobody but a person can settle it.
-    - ``refused`` (another 4xx: a malformed key) or ``unknown`` (no answer, a 5xx): nothing learnt;
-      a GET changes nothing, so it may be asked again.
-    """
-
-    outcome: LookupOutcome
-    tickets: tuple[dict[str, Any], ...] = ()
-    status: int | None = None
-    detail: str = ""
-
-    @property
-    def ticket(self) -> str | None:
-        return self.tickets[0]["ticket"] if self.tickets else None
-
-
-def _timeout(timeout: float, connect_timeout: float | None) -> httpx.Timeout:
-    import httpx
-
-    if not timeout > 0 or (connect_timeout is not None and not connect_timeout > 0):
-        raise ValueError("timeouts must be positive numbers of seconds")
-    return httpx.Timeout(timeout, connect=connect_timeout if connect_timeout is not None else timeout)
-
-
-@lru_cache(maxsize=1)
-def _tls() -> ssl.SSLContext:
-    """httpx's own certificate settings, made once: each client would otherwise load the CA
-    bundle again (about 15 ms), even for the plain-HTTP service on 127.0.0.1."""
-    import httpx
-
-    return httpx.create_ssl_context()
-
-
-def _endpoint(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadTicketServiceUrl(url, "expected a base URL like http://127.0.0.1:43117")
-    if parts.query or parts.fragment:
-        raise BadTicketServiceUrl(url, "give the base URL only, without a query or fragment")
-    try:
-        _ = parts.port  # urlsplit checks the port only when asked
-    except ValueError:
-        raise BadTicketServiceUrl(url, "its port is not a number from 0 to 65535") from None
-    return url.rstrip("/") + "/tickets"
-
-
-def _detail(response: httpx.Response) -> str:
-    try:
-        payload = response.json()
-    except ValueError:
-        payload = None
-    text = payload.get("detail") if isinstance(payload, dict) else None
-    return " ".join(str(text or response.reason_phrase or "").split())[:300]
-
-
-def post_ticket(
-    url: str, key: str | None, body: Mapping[str, object], timeout: float, *, connect_timeout: float | None = None
-) -> TicketAnswer:
-    """Ask the service at ``url`` to open a ticket for ``body``, under Idempotency-Key ``key``.
-
-    ``timeout`` bounds each of writing the request and waiting for the answer; ``connect_timeout``
-    (default: ``timeout``) bounds making the connection. ``key=None`` sends no key (only a
-    lesson's naive client does). Never raises for what the network or the service does; see
-    :class:`TicketAnswer` for the outcomes. A malformed URL raises :class:`BadTicketServiceUrl`.
-    """
-    import httpx
-
-    endpoint = _endpoint(url)
-    headers = {"Content-Type": "application/json"}
-    if key is not None:
-        escaped = key.replace("\\", "\\\\").replace('"', '\\"')
-        headers["Idempotency-Key"] = f'"{escaped}"'  # a Structured Fields string, as the draft says
-    data = canonical_json(dict(body)).encode("utf-8")
-    try:
-        with httpx.Client(timeout=_timeout(timeout, connect_timeout), trust_env=False, verify=_tls()) as client:
-            response = client.post(endpoint, content=data, headers=headers)
-    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as error:
-        return TicketAnswer("failed", detail=f"not sent: could not connect ({type(error).__name__}: {error})")
-    except httpx.TimeoutException as error:
-        return TicketAnswer("unknown", detail=f"sent, then no answer within {timeout:g} s ({type(error).__name__})")
-    except httpx.TransportError as error:
-        return TicketAnswer("unknown", detail=f"sent, then the connection failed before an answer ({type(error).__name__}: {error})")
-    status = response.status_code
-    if status in (200, 201):
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = None
-        ticket = payload.get("ticket") if isinstance(payload, dict) else None
-        if isinstance(ticket, str) and ticket:
-            created = status == 201 and payload.get("created") is True
-            return TicketAnswer("created" if created else "replayed", ticket, status, "")
-        return TicketAnswer("unknown", None, status, f"{status} with a body that names no ticket")
-    if status == 409:
-        return TicketAnswer("unknown", None, status, f"409: {_detail(response)} (a request with this key is still in progress)")
-    if 400 <= status < 500:
-        return TicketAnswer("refused", None, status, _detail(response))
-    if status >= 500:
-        try:
-            promise = response.json().get("stored") is False
-        except (ValueError, AttributeError):
-            promise = False
-        return TicketAnswer("failed" if promise else "unknown", None, status, _detail(response))
-    return TicketAnswer("unknown", None, status, f"unexpected status {status}")
-
-
-def tickets_for_key(url: str, key: str, timeout: float, *, connect_timeout: float | None = None) -> KeyLookup:
-    """Ask the service which tickets it holds for ``key`` (reconciliation after an unknown outcome)."""
-    return _lookup(url, {"key": key}, timeout, connect_timeout)
-
-
-def all_tickets(url: str, timeout: float = 5.0) -> list[dict[str, Any]]:
-    """Every ticket the service holds, in creation order; raises ``httpx.HTTPError`` if it cannot tell."""
-    import httpx
-
-    with httpx.Client(timeout=_timeout(timeout, None), trust_env=False, verify=_tls()) as client:
-        response = client.get(_endpoint(url))
-        response.raise_for_status()
-        return response.json()
-
-
-def _lookup(url: str, params: dict[str, str], timeout: float, connect_timeout: float | None) -> KeyLookup:
-    import httpx
-
-    endpoint = _endpoint(url)
-    try:
-        with httpx.Client(timeout=_timeout(timeout, connect_timeout), trust_env=False, verify=_tls()) as client:
-            response = client.get(endpoint, params=params)
-    except httpx.HTTPError as error:
-        return KeyLookup("unknown", detail=f"no answer ({type(error).__name__}: {error})")
-    status = response.status_code
-    if status == 200:
-        try:
-            payload = response.json()
-        except ValueError:
-            payload = None
-        if isinstance(payload, list) and all(isinstance(item, dict) and isinstance(item.get("ticket"), str) for item in payload):
-            return KeyLookup("found" if payload else "absent", tuple(payload), status)
-        return KeyLookup("unknown", (), status, "200 with a body that is not a list of tickets")
-    if status == 501:
-        return KeyLookup("cannot_query", (), status, _detail(response))
-    if 400 <= status < 500:
-        return KeyLookup("refused", (), status, _detail(response))
-    return KeyLookup("unknown", (), status, _detail(response))
-
-
 # --------------------------------------------------------------------------- the lessons' helpers
 
 
@@ -986,4 +662,3 @@ class TicketService:
 def _stop_everything() -> None:
     for service in list(_RUNNING):
         service.stop(timeout=5)
-

@@ -44,11 +44,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..children import ChildEnd, end_of, first_line, fork, in_child
 from ..crashpoints import CrashPlan, check_point, points
+from ..engines.dbos import POSTGRES_ENV, DbosEngine, IncidentApp
 from ..errors import BadInput, UnknownIncident, shown
 from ..invariants import InvariantResult, check_invariants
 from ..provider import CallLog, ReferenceProvider, call_log_for, data_dir, list_incidents
-from ..tickets import all_tickets, ticket_service
-from .dbos import POSTGRES_ENV, DbosEngine, IncidentApp
+from ..ticket_client import all_tickets
+from .ticket_service import ticket_service
 
 #: The incidents :func:`two_workers` shares out unless told otherwise: A takes the 1st and 3rd, B the 2nd and 4th.
 INCIDENTS = ("INC-1001", "INC-1002", "INC-1003", "INC-1004")
