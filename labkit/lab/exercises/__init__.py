@@ -32,12 +32,13 @@ of ``notebooks/NN_<stem>.ipynb``), and one runner that every lesson shares:
 How a check is built: ``check_<what>(answer)`` is wrapped in :func:`~.runner.one_line`
 (the feedback is an ``AssertionError`` that Jupyter shows as one line); it starts with
 :func:`~.runner.clear_trials`; it refuses what is not an answer before running anything
-(:func:`~.runner.source_of`) and an answer that hands
+(:func:`~.runner.answer_is_a_function`, :func:`~.runner.source_of`) and an answer that hands
 the job to the labkit code the check compares with (:func:`~.runner.own_work`); then it runs
 the answer against the lesson's events (:func:`~.runner.run_answer_once` in a child,
 :func:`~.runner.killed_at` for what a killed run left, :func:`~.runner.new_trial` for a
 fresh workspace) and compares the rows with what labkit's own code leaves. It prints a
 ``✓`` line for each claim that holds, and otherwise raises ``AssertionError`` with a hint.
+A helper two lessons need lives in the runner; a lesson's module holds only its own.
 """
 
 from .lesson02_three_states import check_compare_and_set

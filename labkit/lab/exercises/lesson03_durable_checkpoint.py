@@ -9,7 +9,7 @@ from contextlib import closing
 from ...crashpoints import RUN_POINTS
 from ...store import connect_readonly
 from ..lesson import QUESTIONS, restart_answers
-from .runner import clear_trials, killed_at, one_line, own_work
+from .runner import clear_trials, killed_at, none_wrong, one_line, own_work
 
 
 @one_line
@@ -35,5 +35,5 @@ def check_restart_answers(answer: Callable) -> None:
             if given[question] != truth[question]:
                 wrong.append(f"after a kill at {point}: {question} should be {truth[question]} (step {truth['step']}, "
                              f"evidence row {truth['evidence row']}, receipt {truth['receipt'] or 'none'})")
-    assert not wrong, "; ".join(wrong[:3]) + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else "")
+    none_wrong(wrong)
     print(f"✓ right at all {len(RUN_POINTS)} crash points, from the rows alone")

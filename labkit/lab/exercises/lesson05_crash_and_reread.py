@@ -8,7 +8,7 @@ from collections.abc import Callable
 from ...crashpoints import RUN_POINTS
 from ...engines import expected_reads
 from ..lesson import restart_answers
-from .runner import clear_trials, killed_at, one_line, own_work, run_answer_once
+from .runner import clear_trials, killed_at, none_wrong, one_line, own_work, run_answer_once
 
 
 @one_line
@@ -40,5 +40,5 @@ def check_recovery_worker(resume: Callable) -> None:
         elif reads != expected:
             why = "it read although the evidence was committed" if reads > expected else "it never read"
             wrong.append(f"after a kill at {point} the provider was read {reads} times, expected {expected}: {why}")
-    assert not wrong, "; ".join(wrong[:3]) + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else "")
+    none_wrong(wrong)
     print(f"✓ from every one of the {len(RUN_POINTS)} crash points: completed, one receipt, a read only where none was committed")

@@ -14,7 +14,7 @@ from ...coordinator import decision_inputs_of
 from ...errors import EvidenceRejected
 from ...provider import ReferenceProvider, call_log_for, list_incidents
 from ..catalogue import CannedProvider, measure_inspection
-from .runner import clear_trials, new_trial, one_line
+from .runner import answer_is_a_function, clear_trials, new_trial, one_line
 
 
 class RuleCheckedProvider:
@@ -106,8 +106,7 @@ def check_contract_rule(rule: Callable[[dict], str | None]) -> None:
        step, its evidence and the database's bytes must be unchanged, the call logged.
     """
     clear_trials()
-    if not callable(rule):
-        raise AssertionError(f"the answer should be a function (def my_rule(body): ...), not {type(rule).__name__}")
+    answer_is_a_function(rule, "def my_rule(body): ...")
     log = new_trial("07-answers").folder / "reference-calls.jsonl"
     honest = 0
     for revision in (1, 2):

@@ -9,10 +9,9 @@ from contextlib import closing
 
 from ...recovery import recover
 from ...steps import Step
-from ...store import snapshot
 from ...versioning import MigrationRefused, migrate, reevaluate
 from ..workspace import Workspace
-from .runner import clear_trials, new_trial, one_line, own_work, source_of
+from .runner import changed_tables, clear_trials, new_trial, one_line, own_work, source_of, tables_of
 
 #: The runs the previous release (workflow version 1) can leave behind, as the check builds them:
 #: (incident, its step, re-evaluated so that it has an assessment, may it move to version 2?).
@@ -89,7 +88,7 @@ def check_migration_rule(rule: Callable) -> None:
         )
 
     def only_the_version_moved(before: dict, after: dict, what: str) -> None:
-        changed = [table for table in before if table not in ("runs", "migrations") and before[table] != after[table]]
+        changed = changed_tables(before, after, apart_from=("runs", "migrations"))
         assert not changed, (
             f"migrating {what}, your rule wrote to {', '.join(changed)}: a rule only answers; a migration changes "
             "runs.workflow_version and nothing else (an invented assessment is a decision nobody made)"
@@ -102,13 +101,11 @@ def check_migration_rule(rule: Callable) -> None:
         what = _described(incident, step, assessed)
         trial = new_trial("08-exercise")
         _previous_release_runs(trial, ((incident, step, assessed, mappable),))
-        with closing(trial.connect()) as conn:
-            before = snapshot(conn)
+        before = tables_of(trial)
         answers.clear()
         refused = attempt(trial)
         assert answers, "migrate never called your rule: is it a function of (conn, incident, step, to_version)?"
-        with closing(trial.connect()) as conn:
-            after = snapshot(conn)
+        after = tables_of(trial)
         if mappable:
             assert refused is None, (
                 f"your rule refused {what}, saying {answers[-1]!r}; but version 2 can go on with it: "
@@ -131,11 +128,9 @@ def check_migration_rule(rule: Callable) -> None:
 
     trial = new_trial("08-exercise")
     _previous_release_runs(trial, MIGRATION_CASES)
-    with closing(trial.connect()) as conn:
-        before = snapshot(conn)
+    before = tables_of(trial)
     refused = attempt(trial)
-    with closing(trial.connect()) as conn:
-        after = snapshot(conn)
+    after = tables_of(trial)
     assert refused is not None and refused.incident == "INC-1002", (
         "with all five runs in one database, the migration should be refused for INC-1002 "
         + (f"alone, but your rule refused {refused.incident}" if refused else "(evidence_recorded, no assessment), but your "

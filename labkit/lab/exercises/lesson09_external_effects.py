@@ -18,7 +18,7 @@ from ...recovery import recover
 from ...store import connect_readonly, latest_time_txn, snapshot
 from ...tickets import Faults, all_tickets, ticket_service
 from ..processes import _FOLDERS, race
-from .runner import clear_trials, new_trial, one_line, own_work
+from .runner import answer_is_a_function, clear_trials, new_trial, one_line, own_work
 
 #: The incident every case of Exercise 9.1 opens a ticket for.
 RECONCILED_INCIDENT = "INC-1003"
@@ -170,8 +170,7 @@ def check_reconciliation(decide: Callable) -> None:
     ``labkit.check_invariants`` holds all nine.
     """
     clear_trials()
-    if not callable(decide):
-        raise AssertionError(f"the answer should be a function (def my_decide(lookup): ...), not {type(decide).__name__}")
+    answer_is_a_function(decide, "def my_decide(lookup): ...")
     own_work(decide, "reconciliation_decision", "_reconcile", "open_ticket", "recover")
     trials = reconciliation_trials(decide)
     for trial in trials:

@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from ...clock import TickingClock
 from ...errors import RunFailure
 from ...retention import retain
-from ...store import snapshot
 from ...tickets import TicketService
 from ..lesson import restart_answers
 from ..workspace import Workspace
-from .runner import clear_trials, new_trial, one_line, own_work, source_of
+from .runner import answer_is_a_function, changed_tables, clear_trials, new_trial, one_line, own_work, source_of, tables_of
 
 #: When Exercise 11.1's retention runs (a pinned clock), and how many days a raw diagnostic is kept.
 RETENTION_AT = "2026-04-15T00:00:00Z"
@@ -101,14 +100,12 @@ def retention_trial(roles: dict[str, str], due: Callable | None = None) -> Reten
 
     trial = new_trial("11-exercise")
     retention_case(trial, roles)
-    with closing(trial.connect()) as conn:
-        before = snapshot(conn)
+    before = tables_of(trial)
     answers_before = {incident: restart_answers(trial.db, incident).as_row() for incident in sorted(roles)}
     retain(trial.db, RETENTION_DAYS, TickingClock(RETENTION_AT), due=asked if due is not None else None)
-    with closing(trial.connect()) as conn:
-        after = snapshot(conn)
+    after = tables_of(trial)
     kept = tuple(row[0] for row in after["diagnostics"])
-    changed = tuple(table for table in before if table not in ("diagnostics", "retentions") and before[table] != after[table])
+    changed = changed_tables(before, after, apart_from=("diagnostics", "retentions"))
     answers_after = {incident: restart_answers(trial.db, incident).as_row() for incident in sorted(roles)}
     return RetentionTrial(roles, kept, changed, answers_before, answers_after)
 
@@ -127,8 +124,7 @@ def check_retention_selection(due: Callable) -> None:
     questions as before.
     """
     clear_trials()
-    if not callable(due):
-        raise AssertionError(f"the answer should be a function (def my_due(conn, cutoff): ...), not {type(due).__name__}")
+    answer_is_a_function(due, "def my_due(conn, cutoff): ...")
     source_of(due)
     own_work(due, "retain", "retain_txn", "_UNFINISHED_SQL")
     removed_in_all: list[str] = []

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from ...invariants import InvariantResult
 from ..explorer import Scenario, explore, flow_points, run_scenario
 from ..naive import CRASH_BUGS
-from .runner import clear_trials, new_trial, one_line, own_work
+from .runner import answer_is_a_function, clear_trials, new_trial, one_line, own_work
 
 #: The scenarios Exercise 12.1's answer plays, in the order that stops the common slips first.
 SCENARIO_CASES: tuple[tuple[str, str | None], ...] = (
@@ -42,8 +42,7 @@ def check_scenario(scenario: Callable) -> None:
     those the explorer finds broken in the same scenario, which kills and recovers on its own.
     """
     clear_trials()
-    if not callable(scenario):
-        raise AssertionError(f"the answer should be a function (def my_scenario(db, point, bug): ...), not {type(scenario).__name__}")
+    answer_is_a_function(scenario, "def my_scenario(db, point, bug): ...")
     own_work(scenario, "explore", "run_scenario", "random_kills", "explorer")
     seven = range(1, 8)
     shown = []

@@ -19,7 +19,7 @@ from ...versioning import reevaluate
 from ..naive import coordinator_class
 from ..processes import labkit_cli
 from ..workspace import Workspace
-from .runner import clear_trials, one_line, own_work, source_of
+from .runner import answer_is_a_function, clear_trials, one_line, own_work, source_of
 
 
 @dataclass(frozen=True)
@@ -167,8 +167,7 @@ def check_task_accuracy(accuracy: Callable) -> None:
     not scored at all; None when nothing is scored.
     """
     clear_trials()
-    if not callable(accuracy):
-        raise AssertionError(f"the answer should be a function (def my_accuracy(conn, truth): ...), not {type(accuracy).__name__}")
+    answer_is_a_function(accuracy, "def my_accuracy(conn, truth): ...")
     source_of(accuracy)
     own_work(accuracy, "task_score", "evaluate", "_task_scores", "_score_tasks", "_score_task", "TaskScore")
     truth = load_ground_truth()

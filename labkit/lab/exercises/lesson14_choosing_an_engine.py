@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from ...engines.dbos import DbosEngine, IncidentApp, workflows_of, write_evidenc
 from ...steps import Step
 from ...store import connect_readonly
 from ..explorer import _warm
-from .runner import clear_trials, new_trial, one_line, source_of
+from .runner import answer_is_a_function, clear_trials, names_used, new_trial, one_line
 
 #: The incident and the kill of Exercise 14.1 (14_choosing_an_engine, section 4): inside the
 #: record_evidence step, after its commit, before DBOS records the step.
@@ -120,11 +119,7 @@ def _hands_over_to_the_reference(function: Callable) -> bool:
     """Whether the answer is, calls or imports labkit's own write_evidence_once (in code, not in comments)."""
     if function is write_evidence_once or getattr(function, "__wrapped__", None) is write_evidence_once:
         return True
-    tree = ast.parse(source_of(function))
-    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
-    used |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
-    used |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
-    return "write_evidence_once" in used
+    return "write_evidence_once" in names_used(function, imported=True)
 
 
 @one_line
@@ -138,9 +133,7 @@ def check_evidence_step(write_evidence: Callable) -> None:
     one evidence row, one transition to evidence_recorded, one receipt, the workflow SUCCESS.
     """
     clear_trials()
-    if not callable(write_evidence):
-        raise AssertionError("the answer should be a function (def my_write_evidence(coordinator, incident, reading): ...), "
-                             f"not {type(write_evidence).__name__}")
+    answer_is_a_function(write_evidence, "def my_write_evidence(coordinator, incident, reading): ...")
     if _hands_over_to_the_reference(write_evidence):
         raise AssertionError("write it yourself: your answer is (or calls) labkit.engines.dbos.write_evidence_once, which "
                              "already does the job and is what the check compares with; use coordinator.load_txn, "

@@ -13,8 +13,8 @@ sends SIGKILL when the answer calls ``advance_txn``, ``pause_before=...`` holds 
 like ``--pause-at``.
 
 The feedback: a check wrapped in :func:`one_line` raises ``AssertionError`` shown as one
-line; :func:`waiting_for` is the blank answer's; :func:`source_of` and :func:`own_work`
-refuse what is not the learner's own function.
+line; :func:`waiting_for` is the blank answer's; :func:`answer_is_a_function`,
+:func:`source_of` and :func:`own_work` refuse what is not the learner's own function.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import signal
 import sqlite3
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ import labkit
 from ...children import in_child
 from ...clock import clock_from_env
 from ...database import holds_write_lock, read_transaction
-from ...store import latest_time_txn
+from ...store import latest_time_txn, snapshot
 from ..processes import ChildOutcome, child_env, run_in_child
 from ..workspace import Workspace
 
@@ -94,10 +94,15 @@ def waiting_for(exercise: str, **answers: object) -> None:
         )
 
 
+def answer_is_a_function(answer: object, shape: str = "def ...") -> None:
+    """Refuse an answer that is not callable; ``shape`` shows the ``def`` line the exercise asks for."""
+    if not callable(answer):
+        raise AssertionError(f"the answer should be a function ({shape}), not {type(answer).__name__}")
+
+
 def source_of(function: Callable) -> str:
     """The source of a function a learner wrote in a notebook cell."""
-    if not callable(function):
-        raise AssertionError(f"the answer should be a function (def ...), not {type(function).__name__}")
+    answer_is_a_function(function)
     try:
         return textwrap.dedent(inspect.getsource(function))
     except (OSError, TypeError):
@@ -107,20 +112,47 @@ def source_of(function: Callable) -> str:
         ) from None
 
 
+def names_used(function: Callable, *, imported: bool = False) -> set[str]:
+    """The names and attributes in a learner's function's code (not in its comments or strings).
+
+    With ``imported``, also the names it imports with ``from ... import``.
+    """
+    tree = ast.parse(source_of(function))
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    used |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    if imported:
+        used |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    return used
+
+
 def own_work(function: Callable, *names: str) -> None:
     """Refuse an answer that hands the exercise to the labkit code the check compares with.
 
     Names are looked for in the code (as names and attributes), not in comments or strings.
     """
-    tree = ast.parse(source_of(function))
-    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
-    used |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    used = names_used(function)
     handed_over = [name for name in names if name in used]
     if handed_over:
         raise AssertionError(
             f"write it yourself with the store's helpers: your answer calls {handed_over[0]}, which already does the job "
             "(and is what the check compares with)"
         )
+
+
+def none_wrong(wrong: list[str]) -> None:
+    """Fail with the first three of ``wrong`` (what went wrong at each crash point), and how many more."""
+    assert not wrong, "; ".join(wrong[:3]) + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else "")
+
+
+def tables_of(space: Workspace) -> dict:
+    """Every table's rows in ``space``'s database (:func:`labkit.store.snapshot`), to compare before and after."""
+    with closing(space.connect()) as conn:
+        return snapshot(conn)
+
+
+def changed_tables(before: dict, after: dict, apart_from: Collection[str]) -> tuple[str, ...]:
+    """The tables of two :func:`tables_of` whose rows differ, leaving out those the operation may change."""
+    return tuple(table for table in before if table not in apart_from and before[table] != after[table])
 
 
 # --------------------------------------------------------------------------- running an answer in a child
