@@ -1,0 +1,177 @@
+"""Lesson 14 (14_choosing_an_engine): a DBOS step that runs at least once and leaves one set of rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...children import in_child
+from ...crashpoints import NO_CRASH, CrashPlan, CrashPoint
+from ...engines.dbos import DbosEngine, IncidentApp, workflows_of, write_evidence_once
+from ...steps import Step
+from ...store import connect_readonly
+from ..explorer import _warm
+from .runner import answer_is_a_function, clear_trials, names_used, new_trial, one_line
+
+#: The incident and the kill of Exercise 14.1 (14_choosing_an_engine, section 4): inside the
+#: record_evidence step, after its commit, before DBOS records the step.
+EVIDENCE_STEP_INCIDENT = "INC-1003"
+EVIDENCE_STEP_KILL = "after_evidence_commit"
+
+
+@dataclass(frozen=True)
+class EvidenceStepTrial:
+    """What one DBOS run of the incident workflow left, with a given record_evidence step.
+
+    ``ends`` are the children's ends (the run's, then the recovery's when the run was
+    killed); ``calls`` what the step did each time it ran ("returned 'evidence_recorded'",
+    "raised IntegrityError: ..."); the rest are the business rows and DBOS's own record of
+    the workflow.
+    """
+
+    ends: tuple[str, ...]
+    calls: tuple[str, ...]
+    step: str
+    evidence_rows: int
+    transitions: tuple[tuple[str, str], ...]
+    receipt: str | None
+    status: str
+    attempts: int
+
+    def rows(self) -> tuple:
+        return (self.step, self.evidence_rows, self.transitions, self.receipt, self.status)
+
+    @property
+    def returned(self) -> list[str]:
+        return [call.removeprefix("returned ") for call in self.calls if call.startswith("returned ")]
+
+    @property
+    def raised(self) -> list[str]:
+        return [call.removeprefix("raised ") for call in self.calls if call.startswith("raised ")]
+
+
+def _said(log: Path, line: str) -> None:
+    with open(log, "a", encoding="utf-8") as out:  # one line each time the step ran: a file outlives the kill
+        out.write(line + "\n")
+
+
+def evidence_step_trial(write_evidence: Callable, *, killed: bool) -> EvidenceStepTrial:
+    """Run INC-1003 on DBOS with ``write_evidence`` as the record_evidence step's work, in forked children.
+
+    With ``killed``, the run is SIGKILLed at ``after_evidence_commit`` and a fresh DBOS process
+    recovers it: the step runs a second time, as DBOS promises (at least once). The learner's
+    function is used as it is: the children are forks of this kernel, so a function defined in a
+    notebook cell needs no pickling.
+    """
+    _warm(DbosEngine())
+    folder = new_trial("14-evidence-step").folder
+    said = folder / "returned.txt"
+
+    def step(coordinator, incident, reading):
+        try:
+            value = write_evidence(coordinator, incident, reading)
+        except BaseException as error:
+            _said(said, f"raised {type(error).__name__}: {error}".splitlines()[0][:300])
+            raise
+        _said(said, f"returned {value!r}")
+        return value
+
+    def run() -> None:
+        crash = CrashPlan(CrashPoint(EVIDENCE_STEP_KILL)) if killed else NO_CRASH
+        app = IncidentApp(folder, crash=crash, write_evidence=step)
+        try:
+            app.run(EVIDENCE_STEP_INCIDENT)
+        finally:
+            app.close()
+
+    def recover() -> None:
+        app = IncidentApp(folder, write_evidence=step)
+        try:
+            app.recover()
+        finally:
+            app.close()
+
+    quiet = (folder / "child.out", folder / "child.err")
+    ends = [in_child(run, output=quiet)]
+    if killed and ends[0].killed:
+        ends.append(in_child(recover, output=quiet))
+    with closing(connect_readonly(folder / "lab.db")) as conn:
+        found = conn.execute("SELECT step FROM runs WHERE incident = ?", (EVIDENCE_STEP_INCIDENT,)).fetchone()
+        evidence = conn.execute("SELECT COUNT(*) FROM evidence WHERE incident = ?", (EVIDENCE_STEP_INCIDENT,)).fetchone()[0]
+        moves = conn.execute("SELECT from_step, to_step FROM transitions WHERE incident = ? ORDER BY seq",
+                             (EVIDENCE_STEP_INCIDENT,)).fetchall()
+        receipt = conn.execute("SELECT receipt_id FROM receipts WHERE incident = ?", (EVIDENCE_STEP_INCIDENT,)).fetchone()
+    [workflow] = workflows_of(folder) or [{"status": "(not recorded)", "attempts": 0}]
+    calls = tuple(said.read_text(encoding="utf-8").splitlines()) if said.exists() else ()
+    return EvidenceStepTrial(
+        tuple(str(end) for end in ends), calls, found[0] if found else "(no run)", evidence,
+        tuple((str(a), str(b)) for a, b in moves), receipt[0] if receipt else None, workflow["status"], workflow["attempts"],
+    )
+
+
+_EVIDENCE_REFERENCE: dict[bool, EvidenceStepTrial] = {}
+
+
+def _hands_over_to_the_reference(function: Callable) -> bool:
+    """Whether the answer is, calls or imports labkit's own write_evidence_once (in code, not in comments)."""
+    if function is write_evidence_once or getattr(function, "__wrapped__", None) is write_evidence_once:
+        return True
+    return "write_evidence_once" in names_used(function, imported=True)
+
+
+@one_line
+def check_evidence_step(write_evidence: Callable) -> None:
+    """``write_evidence(coordinator, incident, reading) -> str``: the record_evidence step's work, written by hand.
+
+    Plugged into the DBOS version of the workflow (``IncidentApp(..., write_evidence=...)``) in
+    forked children: a clean run, then a run killed at ``after_evidence_commit`` (after the
+    step's commit, before DBOS records the step) and recovered, so that the step runs twice.
+    Both must leave the rows labkit's :func:`~labkit.engines.dbos.write_evidence_once` leaves:
+    one evidence row, one transition to evidence_recorded, one receipt, the workflow SUCCESS.
+    """
+    clear_trials()
+    answer_is_a_function(write_evidence, "def my_write_evidence(coordinator, incident, reading): ...")
+    if _hands_over_to_the_reference(write_evidence):
+        raise AssertionError("write it yourself: your answer is (or calls) labkit.engines.dbos.write_evidence_once, which "
+                             "already does the job and is what the check compares with; use coordinator.load_txn, "
+                             "coordinator.record_reading_txn and transaction(coordinator.conn)")
+    for killed in (False, True):
+        if killed not in _EVIDENCE_REFERENCE:
+            _EVIDENCE_REFERENCE[killed] = evidence_step_trial(write_evidence_once, killed=killed)
+    shown = []
+    for killed, story in ((False, "a clean run"), (True, f"a run killed at {EVIDENCE_STEP_KILL}, then recovered")):
+        expected, mine = _EVIDENCE_REFERENCE[killed], evidence_step_trial(write_evidence, killed=killed)
+        ran = f"{story} (your step ran {len(mine.calls)} time{'s' if len(mine.calls) != 1 else ''})"
+        if killed and mine.ends[0] != "killed":
+            raise AssertionError(f"{story}: the run was not killed at {EVIDENCE_STEP_KILL} ({mine.ends[0]}); "
+                                 "did your step raise, or not return, after writing?")
+        if killed and mine.raised and len(mine.calls) == 2 and mine.evidence_rows == 1:
+            raise AssertionError(
+                f"{ran}: the recovery ran your step a second time, and it raised {mine.raised[0]}; the workflow ended "
+                f"{mine.status} with no receipt. A DBOS step runs at least once: look first, under the write lock, and leave a "
+                "run already past not_inspected as it is"
+            )
+        if mine.raised:
+            raise AssertionError(f"{ran}: your step raised {mine.raised[0]}; the workflow ended {mine.status}")
+        if mine.evidence_rows == 0:
+            raise AssertionError(
+                f"{ran}: your step left no evidence row (the run is at {mine.step}), so completion had nothing to build the "
+                f"report from and the workflow ended {mine.status}. Keep the reading: coordinator.record_reading_txn(run, "
+                "reading), inside transaction(coordinator.conn)"
+            )
+        if mine.rows() != expected.rows():
+            raise AssertionError(
+                f"{ran}: your rows differ from labkit's: step {mine.step}, {mine.evidence_rows} evidence row(s), transitions "
+                f"{[f'{a}→{b}' for a, b in mine.transitions]}, receipt {mine.receipt}, workflow {mine.status}; expected step "
+                f"{expected.step}, transitions {[f'{a}→{b}' for a, b in expected.transitions]}, workflow {expected.status}"
+            )
+        wrong = [value for value in mine.returned if value != repr(Step.EVIDENCE_RECORDED.value)]
+        if wrong:
+            raise AssertionError(f"{ran}: your step returned {wrong[0]}; return the step the run is at when it ends, "
+                                 f"as a string: {Step.EVIDENCE_RECORDED.value!r}, the first time and on a replay")
+        shown.append(f"{ran}: one evidence row, one move to evidence_recorded, receipt {mine.receipt}, workflow {mine.status}")
+    for line in shown:
+        print(f"✓ {line}, as with labkit's write_evidence_once")

@@ -1,0 +1,334 @@
+"""What every lesson's check shares: running a learner's answer for real, and saying what went wrong.
+
+A learner answers a "build" exercise by writing one function in a notebook cell. A check
+does not read the code: it runs it, here in fresh child processes (:func:`run_answer_once`,
+:func:`run_answer` for a race), or in this kernel against a fresh database
+(:func:`new_trial`, :func:`killed_at`), against the events its lesson is about.
+
+How a function gets into a child: its source (``inspect.getsource``) is run there in a
+namespace that holds labkit and the helpers a lesson names (:data:`ANSWER_NAMESPACE`),
+so an answer may use those and its own arguments, nothing else from the notebook. Hooks
+wrap some helpers in that namespace (:data:`HOOKABLE`): ``kill_before="advance_txn"``
+sends SIGKILL when the answer calls ``advance_txn``, ``pause_before=...`` holds it there
+like ``--pause-at``.
+
+The feedback: a check wrapped in :func:`one_line` raises ``AssertionError`` shown as one
+line; :func:`waiting_for` is the blank answer's; :func:`answer_is_a_function`,
+:func:`source_of` and :func:`own_work` refuse what is not the learner's own function.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import inspect
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import sys
+import textwrap
+from collections.abc import Callable, Collection
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import labkit
+
+from ...children import in_child
+from ...clock import clock_from_env
+from ...database import holds_write_lock, read_transaction
+from ...store import latest_time_txn, snapshot
+from ..processes import ChildOutcome, child_env, run_in_child
+from ..workspace import Workspace
+
+#: The names an answer may use without importing them (it may also import from labkit).
+ANSWER_NAMESPACE = (
+    "labkit", "sqlite3", "closing",
+    "transaction", "read_transaction",
+    "find_run_txn", "create_run_txn", "advance_txn", "store_evidence_txn", "load_evidence_txn",
+    "find_receipt_txn", "issue_receipt_txn", "build_report", "check_evidence", "CONTRACT", "Step",
+)
+
+#: The helpers a hook can stop at, and the module that defines each.
+HOOKABLE = {
+    "transaction": "labkit.database",
+    "advance_txn": "labkit.store",
+    "store_evidence_txn": "labkit.store",
+    "issue_receipt_txn": "labkit.receipts",
+}
+
+
+# --------------------------------------------------------------------------- feedback
+
+
+def one_line(check: Callable) -> Callable:
+    """Show a check's feedback in Jupyter as one line, not as a traceback into labkit.
+
+    The feedback is an ``AssertionError`` like any other (nbval compares its name and
+    message); only its display is shortened, through IPython's ``_render_traceback_``.
+    """
+
+    @functools.wraps(check)
+    def checked(*args, **kwargs):
+        try:
+            return check(*args, **kwargs)
+        except AssertionError as error:
+            shown = f"AssertionError: {error}"
+            error._render_traceback_ = lambda: [shown]  # type: ignore[attr-defined]
+            raise
+
+    return checked
+
+
+@one_line
+def waiting_for(exercise: str, **answers: object) -> None:
+    """Raise the blank-answer feedback if any answer is still ``None``."""
+    blank = [name for name, value in answers.items() if value is None]
+    if blank:
+        names = " and ".join(f"`{name}`" for name in blank)
+        raise AssertionError(
+            f"✏️ Exercise {exercise} is waiting for your answer: set {names} in the cell above, run it, then run this cell again."
+        )
+
+
+def answer_is_a_function(answer: object, shape: str = "def ...") -> None:
+    """Refuse an answer that is not callable; ``shape`` shows the ``def`` line the exercise asks for."""
+    if not callable(answer):
+        raise AssertionError(f"the answer should be a function ({shape}), not {type(answer).__name__}")
+
+
+def source_of(function: Callable) -> str:
+    """The source of a function a learner wrote in a notebook cell."""
+    answer_is_a_function(function)
+    try:
+        return textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError):
+        raise AssertionError(
+            "the check cannot read this function's source: define it with `def` in a notebook cell, "
+            "not with lambda or exec"
+        ) from None
+
+
+def names_used(function: Callable, *, imported: bool = False) -> set[str]:
+    """The names and attributes in a learner's function's code (not in its comments or strings).
+
+    With ``imported``, also the names it imports with ``from ... import``.
+    """
+    tree = ast.parse(source_of(function))
+    used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    used |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
+    if imported:
+        used |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for alias in node.names}
+    return used
+
+
+def own_work(function: Callable, *names: str) -> None:
+    """Refuse an answer that hands the exercise to the labkit code the check compares with.
+
+    Names are looked for in the code (as names and attributes), not in comments or strings.
+    """
+    used = names_used(function)
+    handed_over = [name for name in names if name in used]
+    if handed_over:
+        raise AssertionError(
+            f"write it yourself with the store's helpers: your answer calls {handed_over[0]}, which already does the job "
+            "(and is what the check compares with)"
+        )
+
+
+def none_wrong(wrong: list[str]) -> None:
+    """Fail with the first three of ``wrong`` (what went wrong at each crash point), and how many more."""
+    assert not wrong, "; ".join(wrong[:3]) + (f"; and {len(wrong) - 3} more" if len(wrong) > 3 else "")
+
+
+def tables_of(space: Workspace) -> dict:
+    """Every table's rows in ``space``'s database (:func:`labkit.store.snapshot`), to compare before and after."""
+    with closing(space.connect()) as conn:
+        return snapshot(conn)
+
+
+def changed_tables(before: dict, after: dict, apart_from: Collection[str]) -> tuple[str, ...]:
+    """The tables of two :func:`tables_of` whose rows differ, leaving out those the operation may change."""
+    return tuple(table for table in before if table not in apart_from and before[table] != after[table])
+
+
+# --------------------------------------------------------------------------- running an answer in a child
+
+
+def run_answer(
+    function: Callable,
+    kind: str,
+    db: Path,
+    incident: str,
+    *,
+    kill_before: str | None = None,
+    pause_before: str | None = None,
+) -> tuple[str, list[str]]:
+    """(how to show it, argv) of a child process that runs ``function`` as an answer of ``kind``.
+
+    ``kind`` says how the child calls it: ``"inspect"`` as ``f(conn, provider, incident,
+    clock)``, ``"complete"`` as ``f(conn, incident, clock)``, ``"resume"`` as ``f(conn,
+    provider, incident, clock)``.
+    """
+    for hook in (kill_before, pause_before):
+        if hook is not None and hook not in HOOKABLE:
+            raise ValueError(f"cannot hook {hook!r}; hookable: {', '.join(HOOKABLE)}")
+    spec = {
+        "source": source_of(function),
+        "function": function.__name__,
+        "kind": kind,
+        "db": str(db),
+        "incident": incident,
+        "kill_before": kill_before,
+        "pause_before": pause_before,
+    }
+    spec_path = db.with_name(f"answer-{os.getpid()}-{len(list(db.parent.glob('answer-*.json')))}.json")
+    spec_path.write_text(json.dumps(spec), encoding="utf-8")
+    argv = [sys.executable, "-c", "from labkit.lab.exercises.runner import child_main; child_main()", str(spec_path)]
+    hooks = f" (killed before {kill_before})" if kill_before else ""
+    return f"your {function.__name__}() on {incident}{hooks}", argv
+
+
+def run_answer_once(function: Callable, kind: str, db: Path, incident: str, **hooks: str | None) -> ChildOutcome:
+    """Run the answer in one child process to its end (or its kill).
+
+    The child is forked from this process instead of started as a new interpreter: it builds
+    the same fresh namespace and hooks as :func:`child_main` and is just as much a process of
+    its own, which a hook's SIGKILL ends, but it skips the third of a second a new Python
+    spends importing labkit, and a check runs an answer up to seven times a try. Its output
+    goes to files, not pipes, so an answer that prints a lot cannot block it. (Races need
+    children released one by one on their standard input: :func:`race_commands` starts those.)
+    """
+    shown, argv = run_answer(function, kind, db, incident, **hooks)
+    spec_path = Path(argv[-1])
+    spec = json.loads(spec_path.read_text(encoding="utf-8"))
+    out, err = spec_path.with_suffix(".out"), spec_path.with_suffix(".err")
+    environment = child_env()
+
+    def answer() -> None:  # pragma: no cover - the child
+        os.environ.clear()
+        os.environ.update(environment)  # the pinned clock, as a started child would get it
+        sys.exit(_answer_main(spec))
+
+    end = in_child(answer, output=(out, err))
+    return ChildOutcome(shown, end.code if end.code is not None else 1, out.read_text(encoding="utf-8", errors="replace"),
+                        err.read_text(encoding="utf-8", errors="replace"))
+
+
+def child_main() -> None:  # pragma: no cover - runs in the child process
+    """The child's side of :func:`run_answer`, started as a new interpreter (races)."""
+    spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
+    sys.exit(_answer_main(spec))
+
+
+def _answer_main(spec: dict[str, Any]) -> int:  # pragma: no cover - runs in the child process
+    """Run the learner's answer as ``spec`` says; print ``returned ...``, or its error on stderr (exit 1)."""
+    namespace: dict[str, Any] = {"__name__": "answer"}
+    modules = ("labkit", "labkit.store", "labkit.receipts", "labkit.database", "labkit.contract", "labkit.steps", "labkit.report")
+    for module_name in modules:
+        module = importlib.import_module(module_name)
+        for name in ANSWER_NAMESPACE:
+            if hasattr(module, name) and name not in namespace:
+                namespace[name] = getattr(module, name)
+    namespace.update({"labkit": labkit, "sqlite3": sqlite3, "closing": closing})
+
+    def hooked(name: str, original: Callable) -> Callable:
+        def wrapper(*args, **kwargs):
+            if name == spec["kill_before"]:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if name == spec["pause_before"]:
+                conn = args[0] if args else None
+                holding = "holding the write lock" if holds_write_lock(conn) else "holding no lock"
+                print(f"paused at {name} ({holding})", flush=True)
+                sys.stdin.readline()
+            return original(*args, **kwargs)
+
+        return wrapper
+
+    for name, module_name in HOOKABLE.items():
+        if name in (spec["kill_before"], spec["pause_before"]):
+            module = importlib.import_module(module_name)
+            wrapped = hooked(name, getattr(module, name))
+            namespace[name] = wrapped
+            setattr(module, name, wrapped)  # for an answer that writes labkit.store.advance_txn(...)
+    try:
+        exec(compile(spec["source"], "<your answer>", "exec"), namespace)
+        function = namespace[spec["function"]]
+        db = Path(spec["db"])
+        conn = labkit.connect(db)
+        with read_transaction(conn):
+            latest = latest_time_txn(conn)
+        clock = clock_from_env(after=latest)
+        provider = labkit.ReferenceProvider(labkit.call_log_for(db))
+        incident = spec["incident"]
+        if spec["kind"] in ("inspect", "resume"):
+            returned = function(conn, provider, incident, clock)
+        elif spec["kind"] == "complete":
+            returned = function(conn, incident, clock)
+        else:
+            raise ValueError(f"unknown kind {spec['kind']!r}")
+        shown = getattr(returned, "receipt_id", None) or (None if returned is None else repr(returned)[:80])
+        print(f"returned {shown}", flush=True)
+    except Exception as error:  # the learner's error, reported to the check as one line
+        print(f"{type(error).__name__}: {error}".splitlines()[0][:300], file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+def returned_value(outcome: ChildOutcome) -> str | None:
+    """What the answer returned in a child (its ``returned ...`` line), None if it returned None or nothing."""
+    for line in outcome.stdout.splitlines():
+        if line.startswith("returned "):
+            value = line[len("returned "):]
+            return None if value == "None" else value
+    return None
+
+
+# --------------------------------------------------------------------------- trial workspaces
+
+
+_TRIALS: list[Workspace] = []
+
+
+def new_trial(name: str) -> Workspace:
+    """A scratch workspace for one check; removed by the next check, passed or failed, or at exit."""
+    trial = Workspace.create(name)
+    _TRIALS.append(trial)
+    return trial
+
+
+def clear_trials() -> None:
+    """Remove the workspaces of the previous check (each check starts with this)."""
+    while _TRIALS:
+        shutil.rmtree(_TRIALS.pop().folder, ignore_errors=True)
+
+
+#: (workspace name, incident, crash point) -> a workspace where a child was SIGKILLed there.
+_KILLED: dict[tuple[str, str, str], Workspace] = {}
+
+
+def killed_at(name: str, incident: str, point: str) -> Workspace:
+    """A trial workspace holding what a child killed at ``point`` left behind.
+
+    The child really runs and really dies, once per crash point in this kernel; every later
+    try of the check gets a copy of the files it left (the database, its write-ahead log, the
+    provider's log), which are the same bytes it would leave again: the clock is pinned. A
+    learner re-running a check waits for their own answer, not for seven kills.
+    """
+    key = (name, incident, point)
+    original = _KILLED.get(key)
+    if original is None or not original.db.exists():
+        original = Workspace.create(name)
+        child = run_in_child(original.db, incident, crash_at=point)
+        assert child.killed_by == "SIGKILL", f"the child armed at {point} was not killed: {child.status}"
+        _KILLED[key] = original
+    trial = new_trial(name)
+    # The -shm file is left out on purpose: SQLite rebuilds it from the log on the first open.
+    for source, target in ((original.db, trial.db), (Path(f"{original.db}-wal"), Path(f"{trial.db}-wal")),
+                           (original.call_log, trial.call_log)):
+        if source.exists():
+            shutil.copyfile(source, target)
+    return trial
