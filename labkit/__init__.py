@@ -41,7 +41,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "assessments": ("Assessment",),
     "clock": ("ManualClock", "SystemClock", "TickingClock"),
     "contract": ("CONTRACT", "MAX_RESPONSE_BYTES", "check_evidence"),
-    "coordinator": ("WORKFLOW_VERSION", "Coordinator", "DriveResult"),
+    "coordinator": ("SUPPORTED_VERSIONS", "WORKFLOW_VERSION", "Coordinator", "DriveResult"),
     "crashpoints": (
         "BETWEEN_READ_AND_COMMIT", "CRASH_POINTS", "EFFECT_POINTS", "LEASE_POINTS", "RUN_POINTS", "CrashPlan", "CrashPoint",
     ),
@@ -52,7 +52,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "InconsistentRun", "InjectedFailure", "LabError", "NotADatabase", "NotALabDatabase", "NotARegularFile",
         "NotInTransaction", "ProviderUnavailable", "ReceiptConflict", "RuleViolation", "RunFailure",
         "SchemaVersionMismatch", "StaleTransition", "StepOrderError", "UnknownBug", "UnknownCrashPoint",
-        "UnknownIncident", "UnknownRun", "WorkflowVersionMismatch",
+        "UnknownIncident", "UnknownRun", "UnsupportedVersion", "WorkflowVersionMismatch",
     ),
     "evaluation": ("Evaluation", "RecoveryScore", "TaskScore", "evaluate", "recovery_from_scenarios"),
     "explorer": ("Exploration", "explore", "random_kills"),
@@ -74,7 +74,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "steps": ("Step",),
     "store": ("SCHEMA_VERSION", "Evidence", "Run", "connect", "connect_readonly"),
     "versioning": (
-        "SUPPORTED_VERSIONS", "Migration", "MigrationRefused", "UnsupportedVersion", "migrate", "migration_log", "reevaluate",
+        "Migration", "MigrationRefused", "migrate", "migration_log", "reevaluate",
     ),
     "worker": ("LeasedWorker",),
     "workspace": ("Workspace",),

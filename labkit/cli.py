@@ -35,7 +35,7 @@ from contextlib import closing
 from pathlib import Path
 
 from .clock import clock_from_env
-from .coordinator import WORKFLOW_VERSION
+from .coordinator import WORKFLOW_VERSION, check_supported
 from .crashpoints import CRASH_POINTS, CrashPlan, check_point
 from .database import busy_timeout_ms, check_path, names_a_folder, read_transaction, translate
 from .effects import list_effects_txn
@@ -49,7 +49,7 @@ from .retention import check_days, retain
 from .status import status_of
 from .steps import Step
 from .store import connect, connect_readonly, latest_time_txn
-from .versioning import check_supported, migrate, migration_log, reevaluate
+from .versioning import migrate, migration_log, reevaluate
 from .worker import DEFAULT_LEASE_SECONDS, work
 from .workspace import reset
 

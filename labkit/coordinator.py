@@ -25,23 +25,45 @@ from .clock import Clock, SystemClock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import read_transaction, require_write_transaction, transaction
 from .effects import Effect, open_ticket, operation_key, reconciliation_decision, record_intent_txn, ticket_request
-from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun
+from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun, UnsupportedVersion, WorkflowVersionMismatch
 from .provider import ReadAdapter, Reading, read_with_diagnostic
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
 from .retention import bound_evidence, keep_diagnostic_txn
 from .steps import Step
 from .store import Evidence, Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn, store_evidence_txn
-from .versioning import CURRENT_VERSION, check_run_version, check_supported
 
 if TYPE_CHECKING:
     from .tickets import KeyLookup
 
+#: The workflow versions this labkit can run; the last is the current one (08_versioning):
+#:
+#: - 1, the previous release: inspect stores the evidence; completion builds the report from
+#:   the evidence's own diagnosis;
+#: - 2, this release: inspect stores the evidence with its decision inputs and records the
+#:   original assessment beside it; completion builds the report from the latest assessment.
+SUPPORTED_VERSIONS = (1, 2)
 #: The control flow this code implements. Bumped when a step changes meaning; runs stored
-#: under the old number are then refused until migrated (labkit.versioning, 08_versioning).
-#: Version 2 records the decision inputs and an assessment with the evidence, and builds
-#: the report from the latest assessment.
-WORKFLOW_VERSION = CURRENT_VERSION
+#: under the old number are then refused until migrated (:func:`labkit.versioning.migrate`).
+WORKFLOW_VERSION = SUPPORTED_VERSIONS[-1]
+
+
+def check_supported(version: int) -> int:
+    """``version``, if this labkit can run it; else :class:`~labkit.errors.UnsupportedVersion`."""
+    if version not in SUPPORTED_VERSIONS:
+        raise UnsupportedVersion(version, "unknown", SUPPORTED_VERSIONS)
+    return version
+
+
+def check_run_version(incident: str, found: int, expected: int = WORKFLOW_VERSION) -> None:
+    """The one workflow-version check: a run written by another version is refused.
+
+    Its step would mean whatever that version meant by it; reading it as ours would be a
+    guess. The coordinator (:meth:`Coordinator.check_version`), a lease's claim and
+    ``python -m labkit work`` all ask here (02_three_states, 08_versioning).
+    """
+    if found != expected:
+        raise WorkflowVersionMismatch(incident, found, expected)
 
 
 def decision_inputs_of(provider: ReadAdapter) -> dict[str, object]:
@@ -162,7 +184,7 @@ class Coordinator:
         self.decide = decide  # what a look-up by key means during reconciliation (09's exercise writes one)
 
     def check_version(self, run: Run) -> Run:
-        """The run, unless another workflow version wrote it (:func:`labkit.versioning.check_run_version`)."""
+        """The run, unless another workflow version wrote it (:func:`check_run_version`)."""
         check_run_version(run.incident, run.workflow_version, self.workflow_version)
         return run
 

@@ -49,11 +49,11 @@ from datetime import timedelta
 from pathlib import Path
 
 from .clock import Clock, iso_milliseconds, parse_instant
+from .coordinator import check_run_version
 from .database import read_transaction, require_write_transaction, transaction
 from .errors import BadInput, RunFailure, StaleTransition, StepOrderError, UnknownRun, shown
 from .steps import Step
 from .store import Fence, advance_txn, connect_readonly, find_run_txn
-from .versioning import check_run_version
 
 #: The tables (``leases``, ``lease_events`` and ``runs.lease_token``) are in labkit.schema.
 

@@ -45,7 +45,14 @@ from typing import Any, TextIO
 from . import contract
 from .children import ended, pump, this_labkit
 from .clock import Clock, ManualClock, SystemClock, parse_instant
-from .coordinator import WORKFLOW_VERSION, Coordinator, completion_decision_txn, issue_completion_txn, record_evidence_txn
+from .coordinator import (
+    WORKFLOW_VERSION,
+    Coordinator,
+    check_run_version,
+    completion_decision_txn,
+    issue_completion_txn,
+    record_evidence_txn,
+)
 from .crashpoints import LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint
 from .database import BEGIN_WRITE, check_path, read_transaction, transaction, translate, write_lock
 from .errors import (
@@ -84,7 +91,6 @@ from .provider import CallLog, ReadAdapter, Reading, ReferenceProvider, call_log
 from .receipts import Receipt
 from .steps import Step
 from .store import connect, create_run_txn, has_evidence_txn, list_runs_txn
-from .versioning import check_run_version
 
 #: A lease's time to live in ``work`` unless ``--lease-seconds`` says otherwise. Workers renew
 #: at a third of it, so a slow provider never costs a live worker its lease; a killed
