@@ -15,7 +15,8 @@ The modules mirror the architecture in the lab's design:
 - :mod:`labkit.leases`: leases with fencing tokens, and the fenced commit (``FENCE``)
 - :mod:`labkit.worker`: the leased flow (``LeasedWorker``), the ``work`` pool, the lock measurements
 - :mod:`labkit.redaction`: sensitive values replaced before anything is stored, and the record of it
-- :mod:`labkit.retention`: bounded evidence, raw diagnostics kept apart by reference, ``retain``
+- :mod:`labkit.evidence`: the evidence record: bounded, redacted, the raw diagnostic kept apart by reference
+- :mod:`labkit.retention`: the retention policy for raw diagnostics, ``retain``
 - :mod:`labkit.capacity`: the capacity model, a simulated year, writers contending (loaded on first use)
 
 - :mod:`labkit.assessments`: what was concluded from evidence, with its decision inputs; re-evaluation

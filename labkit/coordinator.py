@@ -26,12 +26,12 @@ from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import read_transaction, require_write_transaction, transaction
 from .effects import Effect, open_ticket, operation_key, reconciliation_decision, record_intent_txn, ticket_request
 from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun, UnsupportedVersion, WorkflowVersionMismatch
+from .evidence import bound_evidence, store_bounded_txn
 from .provider import ReadAdapter, Reading, read_with_diagnostic
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
-from .retention import bound_evidence, keep_diagnostic_txn
 from .steps import Step
-from .store import Evidence, Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn, store_evidence_txn
+from .store import Evidence, Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn
 
 if TYPE_CHECKING:
     from .tickets import KeyLookup
@@ -86,20 +86,17 @@ def record_evidence_txn(
     """Inside the caller's write transaction: keep a contract-checked reading as the run's evidence.
 
     The one evidence write of both flows: the coordinator's inspect and the leased worker's
-    fenced commit. The evidence row holds the bounded summary and a reference to the raw
-    diagnostic, which is kept apart; both are redacted before they are written
-    (11_capacity_and_retention). Under workflow version 2 the row carries the adapter's
-    decision inputs and the original assessment is recorded with it; the previous release
-    (version 1) recorded neither.
+    fenced commit. What is written is the evidence record (:mod:`labkit.evidence`): the
+    bounded summary with a reference to the raw diagnostic, which is kept apart, both redacted
+    before they are written. What the workflow version decides is here: under version 2 the
+    row carries the adapter's decision inputs and the original assessment is recorded with it;
+    the previous release (version 1) recorded neither.
     """
     require_write_transaction(conn, "record_evidence_txn")
     current = workflow_version >= 2
     bounded = bound_evidence(incident, body, diagnostic)  # redacted and bounded; nothing written yet
-    evidence = store_evidence_txn(conn, incident, contract.CONTRACT, bounded.body, clock,
-                                  decision_inputs_of(provider) if current else None, record_assessment=current,
-                                  diagnostic=bounded.reference(incident))
-    keep_diagnostic_txn(conn, evidence, bounded)
-    return evidence
+    return store_bounded_txn(conn, incident, contract.CONTRACT, bounded, clock, decision_inputs_of(provider) if current else None,
+                             record_assessment=current)
 
 
 def completion_decision_txn(

@@ -292,7 +292,7 @@ def store_evidence_txn(
     workflow-version-2 completion builds its report from; the previous release
     (workflow version 1) did not record one (``record_assessment=False``). ``diagnostic`` is
     the reference to the raw diagnostic kept apart, (digest, location): written with the row,
-    not added to it later (:func:`labkit.retention.store_bounded_txn`).
+    not added to it later (:func:`labkit.evidence.store_bounded_txn`).
     """
     require_write_transaction(conn, "store_evidence_txn")
     inputs = dict(inputs or {})
