@@ -38,6 +38,7 @@ from typing import Any
 from .children import in_child
 from .coordinator import WORKFLOW_VERSION
 from .crashpoints import RUN_POINTS
+from .effects import Tickets
 from .engines import expected_reads
 from .invariants import InvariantResult, check_invariants
 from .lesson import restart_answers
@@ -878,7 +879,7 @@ def reconciliation_trials(decide: Callable | None = None) -> list[Reconciliation
     process, its own SQLite store). ``python -m labkit run --tickets URL`` runs in a child,
     killed by SIGKILL at the case's crash point or meeting the service's fault; all the runs
     start together, so the cases take about as long as the slowest (a 1 s client timeout).
-    Then, in this process, ``labkit.recover(..., tickets=URL, decide=decide)`` twice, and
+    Then, in this process, ``labkit.recover(..., effects=Tickets(URL, decide=decide))`` twice, and
     ``labkit.check_invariants`` with the service. Every service is stopped before returning.
     """
     from .database import read_transaction
@@ -923,7 +924,7 @@ def reconciliation_trials(decide: Callable | None = None) -> list[Reconciliation
             after_run = len(service.tickets())
             asked.clear()
             decided.clear()
-            recovered = recover(space.db, space.provider(), clock=_clock_after(space.db), tickets=service.url, decide=asking)
+            recovered = recover(space.db, space.provider(), clock=_clock_after(space.db), effects=Tickets(service.url, decide=asking))
             failure = next((r.error for r in recovered if r.error is not None), None)
             first_asked, first_decided = tuple(asked), tuple(decided)
             with closing(connect_readonly(space.db)) as conn:
@@ -935,10 +936,10 @@ def reconciliation_trials(decide: Callable | None = None) -> list[Reconciliation
             held = effect.state != "done" or any(
                 t["ticket"] == effect.ticket and t["key"] in (effect.operation_key, None) for t in held_tickets
             )
-            recover(space.db, space.provider(), clock=_clock_after(space.db), tickets=service.url, decide=asking)
+            recover(space.db, space.provider(), clock=_clock_after(space.db), effects=Tickets(service.url, decide=asking))
             with closing(connect_readonly(space.db)) as conn:
                 unchanged = snapshot(conn) == before and service.tickets() == held_tickets
-            results = check_invariants(space.db, space.call_log, {incident: 1}, space.provider(), tickets=service.url)
+            results = check_invariants(space.db, space.call_log, {incident: 1}, space.provider(), effects=Tickets(service.url))
             trials.append(ReconciliationTrial(
                 case, ran.status, after_run, first_asked, first_decided,
                 _FOLDERS.sub("", f"{type(failure).__name__}: {failure}".splitlines()[0]) if failure else None,
@@ -1054,7 +1055,8 @@ def check_fenced_commit(condition: str) -> None:
 
     from .clock import ManualClock
     from .database import transaction
-    from .leases import Lease, StaleLease, stale_commits_txn
+    from .invariants import stale_commits_txn
+    from .leases import Lease, StaleLease
     from .store import create_run_txn
     from .worker import CheckedReading, LeasedWorker
 
@@ -1228,7 +1230,7 @@ def retention_case(space: Workspace, roles: dict[str, str]) -> None:
             with TicketService(space.folder / "tickets.db", fault="drop-after-commit") as service:
                 for incident in uncertain:
                     try:
-                        space.coordinator(conn, tickets=service.url).drive(incident)
+                        space.coordinator(conn, effects=Tickets(service.url)).drive(incident)
                     except RunFailure:
                         pass  # the answer was dropped: the effect is left uncertain, as intended here
 
@@ -1513,9 +1515,9 @@ def _build_evaluation_cases() -> list[EvaluationCase]:
     store = naive.folder / "tickets.db"
     with TicketService(store) as service:
         _killed(naive, "INC-1003", "after_send", "--bug", "retry_without_key", "--tickets", service.url)
-        recover(naive.db, naive.provider(), clock=naive.clock, tickets=service.url,
+        recover(naive.db, naive.provider(), clock=naive.clock, effects=Tickets(service.url),
                 coordinator_class=coordinator_class("retry_without_key"))
-        _driven(naive, "INC-1005", tickets=service.url)
+        _driven(naive, "INC-1005", effects=Tickets(service.url))
 
     early = Workspace.create("13-case-early")
     _driven(early, "INC-1001")

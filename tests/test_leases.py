@@ -21,6 +21,7 @@ from labkit.clock import ManualClock
 from labkit.database import read_transaction, transaction
 from labkit.errors import BadInput, DatabaseUnavailable, InjectedFailure, RunFailure, UnknownRun, WorkflowVersionMismatch
 from labkit.exercises import check_fenced_commit
+from labkit.invariants import stale_commits_txn
 from labkit.leases import (
     FENCE,
     BadLeaseSeconds,
@@ -37,7 +38,6 @@ from labkit.leases import (
     leases_txn,
     release,
     renew,
-    stale_commits_txn,
 )
 from labkit.store import create_run_txn, snapshot
 from labkit.worker import LeasedWorker, measure_flows, measurement_table, stale_worker_race
