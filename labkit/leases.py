@@ -467,7 +467,7 @@ def fenced_advance_txn(conn: sqlite3.Connection, lease: Lease, clock: Clock, *, 
         raise UnknownRun(lease.incident)
     seen = replace(run, step=lease.step, version=lease.state_version)  # the run as this worker read it
     try:
-        advance_txn(conn, seen, to, _Reading(at), fence=Fence(lease.token, condition))
+        advance_txn(conn, seen, to, clock, fence=Fence(lease.token, condition), at=at)
     except StaleTransition:
         version, current = conn.execute("SELECT version, lease_token FROM runs WHERE incident = ?", (lease.incident,)).fetchone()
         _event_txn(conn, lease.token, lease.incident, "refused", lease.state_version, now,
@@ -476,16 +476,6 @@ def fenced_advance_txn(conn: sqlite3.Connection, lease: Lease, clock: Clock, *, 
         raise StaleLease(lease.incident, action, lease.token, current, lease.state_version, version) from None
     _event_txn(conn, lease.token, lease.incident, "committed", lease.state_version + 1, now, to.value)
     return replace(lease, step=to, state_version=lease.state_version + 1)
-
-
-@dataclass(frozen=True)
-class _Reading:
-    """One reading of a clock, handed on: a fenced commit's transition and its lease event share the instant."""
-
-    text: str
-
-    def now(self) -> str:
-        return self.text
 
 
 # --------------------------------------------------------------------------- reading the rows
