@@ -30,6 +30,7 @@ from pathlib import Path
 
 from .clock import Clock, parse_instant
 from .database import read_transaction, require_write_transaction, transaction, translate
+from .effects import OWED
 from .errors import BadInput, InconsistentRun, RunFailure, UnknownRun, shown
 from .jsontext import sha256_hex
 from .store import connect, connect_readonly
@@ -196,10 +197,11 @@ def database_bytes(conn: sqlite3.Connection) -> int:
     return conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
 
 
-#: A run is unfinished while it is not completed, or its completion still owes an action.
+#: A run is unfinished while it is not completed, or its completion still owes an action
+#: (an effect in one of :data:`labkit.effects.OWED`, our own constants, spelled into the SQL).
 _UNFINISHED_SQL = (
     "(r.step != 'report_completed' OR EXISTS (SELECT 1 FROM effects e WHERE e.incident = r.incident"
-    " AND e.state IN ('intended', 'uncertain')))"
+    f" AND e.state IN ({', '.join(repr(state) for state in OWED)})))"
 )
 
 
