@@ -10,7 +10,8 @@ The modules mirror the architecture in the lab's design:
 - :mod:`labkit.receipts`: the receipt table, at most one receipt per run
 - :mod:`labkit.recovery`: the recovery worker (``recover``)
 - :mod:`labkit.crashpoints`: named places where a run can be killed
-- :mod:`labkit.invariants`: the seven invariants checked after crash and recovery
+- :mod:`labkit.invariants`: the invariants checked after crash and recovery (seven, and the effect
+  and lease ones where those flows ran)
 - :mod:`labkit.status`: what ``status --json`` reports, reads counted from the provider's log
 - :mod:`labkit.leases`: leases with fencing tokens, and the fenced commit (``FENCE``)
 - :mod:`labkit.worker`: the leased flow (``LeasedWorker``), the ``work`` pool, the lock measurements
@@ -19,8 +20,9 @@ The modules mirror the architecture in the lab's design:
 - :mod:`labkit.retention`: the retention policy for raw diagnostics, ``retain``
 - :mod:`labkit.capacity`: the capacity model, a simulated year, writers contending (loaded on first use)
 
-- :mod:`labkit.assessments`: what was concluded from evidence, with its decision inputs; re-evaluation
-- :mod:`labkit.versioning`: workflow versions and the explicit, logged migration between them
+- :mod:`labkit.assessments`: what was concluded from evidence, with its decision inputs
+- :mod:`labkit.versioning`: the explicit, logged migration between workflow versions; re-evaluation
+- :mod:`labkit.effects`: the effect ledger, and ``Tickets(url)``, the effect a completion owes (09)
 - :mod:`labkit.evaluation`: the task scorecard and the recovery scorecard, kept from reading each other's data
 - :mod:`labkit.jsontext`: canonical JSON out, strict JSON in
 - :mod:`labkit.errors`: every error, as bad input (exit 2) or a run-time failure (exit 1)

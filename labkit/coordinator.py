@@ -10,6 +10,21 @@ receipt with the step. A run stored under another workflow version is refused.
 As in the lab's source design, ``inspect`` calls the provider while its write
 transaction is open: simple, and it makes the crash window between read and commit
 easy to see. 10_leases_and_fencing moves the call outside. Taught in 02_three_states.
+
+This module imports only the core (the test in ``tests/test_layout.py`` reads its imports),
+so everything the coordinator does is here or one module away:
+
+- the **workflow version** check is here (:data:`SUPPORTED_VERSIONS`, :func:`check_run_version`):
+  a versioned state machine must know which versions it runs; moving runs between versions
+  is a later lesson's operation (:mod:`labkit.versioning`), which imports the check from here;
+- the **evidence write** is :func:`record_evidence_txn` here, then :mod:`labkit.evidence`
+  (bounded, redacted, the raw diagnostic kept apart) and :mod:`labkit.store` (the row, with
+  its original assessment): every run of this version writes all of it with its step;
+- an **effect outside the database** (09_external_effects' ticket) is given to the coordinator
+  as an :class:`OwedEffect`. The coordinator decides *when*: its intent inside the completion
+  transaction, the action after the commit, and recovery drives the ones still owed. *What*
+  it is, and how a lost answer is reconciled, is :mod:`labkit.effects`'s, which the
+  coordinator never imports: lessons 02 to 08 read this file without meeting tickets.
 """
 
 from __future__ import annotations
