@@ -10,17 +10,20 @@ The modules mirror the architecture in the lab's design:
 - :mod:`labkit.receipts`: the receipt table, at most one receipt per run
 - :mod:`labkit.recovery`: the recovery worker (``recover``)
 - :mod:`labkit.crashpoints`: named places where a run can be killed
-- :mod:`labkit.invariants`: the seven invariants checked after crash and recovery
+- :mod:`labkit.invariants`: the invariants checked after crash and recovery (seven, and the effect
+  and lease ones where those flows ran)
 - :mod:`labkit.status`: what ``status --json`` reports, reads counted from the provider's log
 - :mod:`labkit.leases`: leases with fencing tokens, and the fenced commit (``FENCE``)
 - :mod:`labkit.worker`: the leased flow (``LeasedWorker``)
 - :mod:`labkit.pool`: the ``work`` pool of worker processes
 - :mod:`labkit.redaction`: sensitive values replaced before anything is stored, and the record of it
-- :mod:`labkit.retention`: bounded evidence, raw diagnostics kept apart by reference, ``retain``
+- :mod:`labkit.evidence`: the evidence record: bounded, redacted, the raw diagnostic kept apart by reference
+- :mod:`labkit.retention`: the retention policy for raw diagnostics, ``retain``
 - :mod:`labkit.lab.capacity`: the capacity model, a simulated year, writers contending (loaded on first use)
 
-- :mod:`labkit.assessments`: what was concluded from evidence, with its decision inputs; re-evaluation
-- :mod:`labkit.versioning`: workflow versions and the explicit, logged migration between them
+- :mod:`labkit.assessments`: what was concluded from evidence, with its decision inputs
+- :mod:`labkit.versioning`: the explicit, logged migration between workflow versions; re-evaluation
+- :mod:`labkit.effects`: the effect ledger, and ``Tickets(url)``, the effect a completion owes (09)
 - :mod:`labkit.evaluation`: the task scorecard and the recovery scorecard, kept from reading each other's data
 - :mod:`labkit.jsontext`: canonical JSON out, strict JSON in
 - :mod:`labkit.errors`: every error, as bad input (exit 2) or a run-time failure (exit 1)
@@ -42,7 +45,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "assessments": ("Assessment",),
     "clock": ("ManualClock", "SystemClock", "TickingClock"),
     "contract": ("CONTRACT", "MAX_RESPONSE_BYTES", "check_evidence"),
-    "coordinator": ("WORKFLOW_VERSION", "Coordinator", "DriveResult"),
+    "coordinator": ("SUPPORTED_VERSIONS", "WORKFLOW_VERSION", "Coordinator", "DriveResult"),
     "crashpoints": (
         "BETWEEN_READ_AND_COMMIT", "CRASH_POINTS", "EFFECT_POINTS", "LEASE_POINTS", "RUN_POINTS", "CrashPlan", "CrashPoint",
     ),
@@ -53,7 +56,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
         "InconsistentRun", "InjectedFailure", "LabError", "NotADatabase", "NotALabDatabase", "NotARegularFile",
         "NotInTransaction", "ProviderUnavailable", "ReceiptConflict", "RuleViolation", "RunFailure",
         "SchemaVersionMismatch", "StaleTransition", "StepOrderError", "UnknownBug", "UnknownCrashPoint",
-        "UnknownIncident", "UnknownRun", "WorkflowVersionMismatch",
+        "UnknownIncident", "UnknownRun", "UnsupportedVersion", "WorkflowVersionMismatch",
     ),
     "evaluation": ("Evaluation", "RecoveryScore", "TaskScore", "evaluate", "recovery_from_scenarios"),
     "lab.explorer": ("Exploration", "explore", "random_kills"),
@@ -75,7 +78,7 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "steps": ("Step",),
     "store": ("SCHEMA_VERSION", "Evidence", "Run", "connect", "connect_readonly"),
     "versioning": (
-        "SUPPORTED_VERSIONS", "Migration", "MigrationRefused", "UnsupportedVersion", "migrate", "migration_log", "reevaluate",
+        "Migration", "MigrationRefused", "migrate", "migration_log", "reevaluate",
     ),
     "worker": ("LeasedWorker",),
     "lab.workspace": ("Workspace",),

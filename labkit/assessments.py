@@ -10,7 +10,11 @@ A newer rule set does not silently change a past decision. :func:`labkit.version
 is a new, identifiable operation: it applies a rules revision to the *stored* observation (no new
 read), records a new assessment beside the original with its reason and the inputs that
 changed, and never overwrites evidence, assessments or receipts. Recovery never calls it.
-Taught in 08_versioning.
+
+The original assessment is part of the evidence record every run of the current workflow
+version writes (:func:`labkit.store.store_evidence_txn` records it with the row), and the
+report is built from the latest: so this module is the core's, and re-evaluation, which only
+adds rows, is the mechanism's (:mod:`labkit.versioning`). Taught in 08_versioning.
 """
 
 from __future__ import annotations

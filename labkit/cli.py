@@ -35,10 +35,10 @@ from contextlib import closing
 from pathlib import Path
 
 from .clock import clock_from_env
-from .coordinator import WORKFLOW_VERSION
+from .coordinator import WORKFLOW_VERSION, check_supported
 from .crashpoints import CRASH_POINTS, CrashPlan, check_point
 from .database import busy_timeout_ms, check_path, names_a_folder, read_transaction, translate
-from .effects import list_effects_txn
+from .effects import OWED, Tickets, list_effects_txn
 from .effects import resolve as resolve_effect
 from .errors import BadInput, LabError, RunFailure, UnknownIncident, report, shown
 from .evaluation import evaluate
@@ -51,7 +51,7 @@ from .retention import check_days, retain
 from .status import status_of
 from .steps import Step
 from .store import connect, connect_readonly, latest_time_txn
-from .versioning import check_supported, migrate, migration_log, reevaluate
+from .versioning import migrate, migration_log, reevaluate
 from .worker import DEFAULT_LEASE_SECONDS
 
 
@@ -274,7 +274,7 @@ def _run(args) -> int:
         with read_transaction(conn):
             latest = latest_time_txn(conn)
         coordinator = coordinator_type(
-            conn, provider, clock=clock_from_env(after=latest), crash=plan, workflow_version=version, tickets=args.tickets
+            conn, provider, clock=clock_from_env(after=latest), crash=plan, workflow_version=version, effects=_tickets(args)
         )
         run = coordinator.start(args.incident)
         # flush: a crash point kills the process, and unflushed lines would vanish with it
@@ -285,7 +285,7 @@ def _run(args) -> int:
         who = "completed it" if result.completed else "found it already completed"
         print(f"{args.incident}: report_completed, receipt {result.receipt.receipt_id} ({read}; {who})", flush=True)
         if args.tickets is not None:
-            effect = coordinator.open_ticket(args.incident)
+            effect = coordinator.carry_out_effect(args.incident)
             ticket = effect.ticket or "(none)"
             print(f"{args.incident}: ticket {ticket}, effect {effect.state} (operation {effect.operation_key})", flush=True)
     return 0
@@ -307,7 +307,7 @@ def _recover(args) -> int:
 
     results = recover(
         args.db, provider, clock=clock_from_env(after=latest), progress=progress, coordinator_class=coordinator_type,
-        workflow_version=version, tickets=args.tickets,
+        workflow_version=version, effects=_tickets(args),
     )
     completed = sum(result.completed for result in results)
     failed = [result.error for result in results if result.error is not None]
@@ -320,6 +320,11 @@ def _recover(args) -> int:
         summary += f", {len(owed) - settled} effect{'s' if len(owed) - settled != 1 else ''} still uncertain (see: effects)"
     print(summary + (f", {len(failed)} failed" if failed else ""))
     return max((error.exit_code for error in failed), default=0)
+
+
+def _tickets(args) -> Tickets | None:
+    """``--tickets URL``: the ticket each completed run owes, at that service (09_external_effects)."""
+    return Tickets(args.tickets) if args.tickets is not None else None
 
 
 def _version(args) -> int:
@@ -373,7 +378,7 @@ def _retain(args) -> int:
 
 def _effects(args) -> int:
     with closing(connect_readonly(args.db)) as conn, read_transaction(conn):
-        open_effects = list_effects_txn(conn, ("intended", "uncertain"))
+        open_effects = list_effects_txn(conn, OWED)
     if args.json:
         shown = [{"incident": e.incident, "state": e.state, "operation_key": e.operation_key, "ticket": e.ticket,
                   "attempts": e.attempts, "last_outcome": e.last_outcome} for e in open_effects]

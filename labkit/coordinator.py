@@ -10,38 +10,70 @@ receipt with the step. A run stored under another workflow version is refused.
 As in the lab's source design, ``inspect`` calls the provider while its write
 transaction is open: simple, and it makes the crash window between read and commit
 easy to see. 10_leases_and_fencing moves the call outside. Taught in 02_three_states.
+
+This module imports only the core (the test in ``tests/test_layout.py`` reads its imports),
+so everything the coordinator does is here or one module away:
+
+- the **workflow version** check is here (:data:`SUPPORTED_VERSIONS`, :func:`check_run_version`):
+  a versioned state machine must know which versions it runs; moving runs between versions
+  is a later lesson's operation (:mod:`labkit.versioning`), which imports the check from here;
+- the **evidence write** is :func:`record_evidence_txn` here, then :mod:`labkit.evidence`
+  (bounded, redacted, the raw diagnostic kept apart) and :mod:`labkit.store` (the row, with
+  its original assessment): every run of this version writes all of it with its step;
+- an **effect outside the database** (09_external_effects' ticket) is given to the coordinator
+  as an :class:`OwedEffect`. The coordinator decides *when*: its intent inside the completion
+  transaction, the action after the commit, and recovery drives the ones still owed. *What*
+  it is, and how a lost answer is reconciled, is :mod:`labkit.effects`'s, which the
+  coordinator never imports: lessons 02 to 08 read this file without meeting tickets.
 """
 
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from . import contract
 from .assessments import Assessment, latest_assessment_txn
 from .clock import Clock, SystemClock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import read_transaction, require_write_transaction, transaction
-from .effects import Effect, open_ticket, operation_key, reconciliation_decision, record_intent_txn, ticket_request
-from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun
+from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun, UnsupportedVersion, WorkflowVersionMismatch
+from .evidence import bound_evidence, store_bounded_txn
 from .provider import ReadAdapter, Reading, read_with_diagnostic
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
-from .retention import bound_evidence, keep_diagnostic_txn
 from .steps import Step
-from .store import Evidence, Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn, store_evidence_txn
-from .versioning import CURRENT_VERSION, check_run_version, check_supported
+from .store import Evidence, Run, advance_txn, create_run_txn, find_run_txn, load_evidence_txn
 
-if TYPE_CHECKING:
-    from .ticket_client import KeyLookup
-
+#: The workflow versions this labkit can run; the last is the current one (08_versioning):
+#:
+#: - 1, the previous release: inspect stores the evidence; completion builds the report from
+#:   the evidence's own diagnosis;
+#: - 2, this release: inspect stores the evidence with its decision inputs and records the
+#:   original assessment beside it; completion builds the report from the latest assessment.
+SUPPORTED_VERSIONS = (1, 2)
 #: The control flow this code implements. Bumped when a step changes meaning; runs stored
-#: under the old number are then refused until migrated (labkit.versioning, 08_versioning).
-#: Version 2 records the decision inputs and an assessment with the evidence, and builds
-#: the report from the latest assessment.
-WORKFLOW_VERSION = CURRENT_VERSION
+#: under the old number are then refused until migrated (:func:`labkit.versioning.migrate`).
+WORKFLOW_VERSION = SUPPORTED_VERSIONS[-1]
+
+
+def check_supported(version: int) -> int:
+    """``version``, if this labkit can run it; else :class:`~labkit.errors.UnsupportedVersion`."""
+    if version not in SUPPORTED_VERSIONS:
+        raise UnsupportedVersion(version, "unknown", SUPPORTED_VERSIONS)
+    return version
+
+
+def check_run_version(incident: str, found: int, expected: int = WORKFLOW_VERSION) -> None:
+    """The one workflow-version check: a run written by another version is refused.
+
+    Its step would mean whatever that version meant by it; reading it as ours would be a
+    guess. The coordinator (:meth:`Coordinator.check_version`), a lease's claim and
+    ``python -m labkit work`` all ask here (02_three_states, 08_versioning).
+    """
+    if found != expected:
+        raise WorkflowVersionMismatch(incident, found, expected)
 
 
 def decision_inputs_of(provider: ReadAdapter) -> dict[str, object]:
@@ -64,20 +96,17 @@ def record_evidence_txn(
     """Inside the caller's write transaction: keep a contract-checked reading as the run's evidence.
 
     The one evidence write of both flows: the coordinator's inspect and the leased worker's
-    fenced commit. The evidence row holds the bounded summary and a reference to the raw
-    diagnostic, which is kept apart; both are redacted before they are written
-    (11_capacity_and_retention). Under workflow version 2 the row carries the adapter's
-    decision inputs and the original assessment is recorded with it; the previous release
-    (version 1) recorded neither.
+    fenced commit. What is written is the evidence record (:mod:`labkit.evidence`): the
+    bounded summary with a reference to the raw diagnostic, which is kept apart, both redacted
+    before they are written. What the workflow version decides is here: under version 2 the
+    row carries the adapter's decision inputs and the original assessment is recorded with it;
+    the previous release (version 1) recorded neither.
     """
     require_write_transaction(conn, "record_evidence_txn")
     current = workflow_version >= 2
     bounded = bound_evidence(incident, body, diagnostic)  # redacted and bounded; nothing written yet
-    evidence = store_evidence_txn(conn, incident, contract.CONTRACT, bounded.body, clock,
-                                  decision_inputs_of(provider) if current else None, record_assessment=current,
-                                  diagnostic=bounded.reference(incident))
-    keep_diagnostic_txn(conn, evidence, bounded)
-    return evidence
+    return store_bounded_txn(conn, incident, contract.CONTRACT, bounded, clock, decision_inputs_of(provider) if current else None,
+                             record_assessment=current)
 
 
 def completion_decision_txn(
@@ -117,6 +146,41 @@ def issue_completion_txn(
     return issue_receipt_txn(conn, incident, workflow_version, report, clock), report
 
 
+class EffectState(Protocol):
+    """Where a run's owed effect stands: a row of the effect ledger (:class:`labkit.effects.Effect`)."""
+
+    @property
+    def incident(self) -> str: ...
+    @property
+    def operation_key(self) -> str: ...
+    @property
+    def state(self) -> str: ...  # intended, uncertain, done or resolved
+    @property
+    def ticket(self) -> str | None: ...  # what the destination named it, once done
+
+
+class OwedEffect(Protocol):
+    """An action outside the database that completing a run owes: 09_external_effects' ticket.
+
+    The coordinator knows only this much of it; :class:`labkit.effects.Tickets` is labkit's
+    (``Coordinator(..., effects=Tickets(url))``, the command line's ``--tickets URL``). What
+    the coordinator keeps is *when* each part happens, which is what makes the action safe:
+
+    - :meth:`intend_txn`, inside the completion transaction: the run that is done locally
+      always knows the action it still owes, even if the process dies before sending it;
+    - :meth:`carry_out`, after that commit: send it, or first ask the destination, when an
+      earlier attempt may have reached it (a crash, a lost answer); never twice blindly;
+    - :meth:`owed_txn`: the completed runs whose action is still owed or uncertain, which
+      recovery drives again;
+    - :meth:`held`: what the destination holds, for the invariants that check it (8 and 9).
+    """
+
+    def intend_txn(self, conn: sqlite3.Connection, incident: str, workflow_version: int, report: dict, clock: Clock) -> None: ...
+    def carry_out(self, conn: sqlite3.Connection, incident: str, clock: Clock, crash: CrashPlan) -> EffectState: ...
+    def owed_txn(self, conn: sqlite3.Connection) -> set[str]: ...
+    def held(self) -> list[dict]: ...
+
+
 @dataclass(frozen=True)
 class DriveResult:
     """What one call of :meth:`Coordinator.drive` did to a run.
@@ -130,16 +194,16 @@ class DriveResult:
     read_provider: bool
     completed: bool
     receipt: Receipt
-    effect: Effect | None = None  # with tickets: the ticket it opened (or an honest uncertain)
+    effect: EffectState | None = None  # with effects: the action it carried out (or an honest uncertain)
 
 
 class Coordinator:
     """Drives runs in one checkpoint database, through one read adapter.
 
     ``crash`` arms a crash point (for lessons and tests); ``workflow_version`` lets a lesson
-    play the previous release against a database. With ``tickets`` (a ticket service's base
-    URL) completion also records the intent to open the incident's ticket, in the same
-    transaction, and ``drive`` then opens it (:mod:`labkit.effects`, 09_external_effects).
+    play the previous release against a database. With ``effects`` (an :class:`OwedEffect`,
+    such as :class:`labkit.effects.Tickets`), completion also records the action it owes, in
+    the same transaction, and ``drive`` then carries it out (09_external_effects).
     """
 
     def __init__(
@@ -150,19 +214,17 @@ class Coordinator:
         clock: Clock | None = None,
         crash: CrashPlan = NO_CRASH,
         workflow_version: int = WORKFLOW_VERSION,
-        tickets: str | None = None,
-        decide: Callable[[KeyLookup], str] = reconciliation_decision,
+        effects: OwedEffect | None = None,
     ):
         self.conn = conn
         self.provider = provider
         self.clock = clock or SystemClock()
         self.crash = crash
         self.workflow_version = check_supported(workflow_version)
-        self.tickets = tickets
-        self.decide = decide  # what a look-up by key means during reconciliation (09's exercise writes one)
+        self.effects = effects
 
     def check_version(self, run: Run) -> Run:
-        """The run, unless another workflow version wrote it (:func:`labkit.versioning.check_run_version`)."""
+        """The run, unless another workflow version wrote it (:func:`check_run_version`)."""
         check_run_version(run.incident, run.workflow_version, self.workflow_version)
         return run
 
@@ -231,7 +293,7 @@ class Coordinator:
         # One transaction decides and writes: under the write lock nobody can complete the
         # run between our reading its step and our writing its receipt (06_single_receipt).
         with transaction(self.conn):
-            inputs = self.completion_inputs_txn(incident, refuse_receipt=True)
+            inputs = self.completion_inputs_txn(incident)
             if isinstance(inputs, Receipt):  # completed earlier: its receipt, nothing written
                 return inputs, False
             run, _, evidence, assessment = inputs
@@ -242,26 +304,24 @@ class Coordinator:
         return receipt, True
 
     def mark_completed_txn(self, run: Run, report: dict) -> None:
-        """Inside the caller's write transaction: the ticket's intent (with a ticket service) and the step to report_completed."""
-        if self.tickets is not None:
+        """Inside the caller's write transaction: the owed effect's intent (with ``effects``) and the step to report_completed."""
+        if self.effects is not None:
             # The intent is part of completing: a run that is done locally always knows
             # the action it still owes, even if the process dies before sending it.
-            key = operation_key(run.incident, self.workflow_version)
-            record_intent_txn(self.conn, run.incident, key, ticket_request(report), self.clock)
+            self.effects.intend_txn(self.conn, run.incident, self.workflow_version, report, self.clock)
         advance_txn(self.conn, run, Step.REPORT_COMPLETED, self.clock)
         self.crash.reached(CrashPoint.BEFORE_COMPLETION_COMMIT, self.conn)
 
     def completion_inputs_txn(
-        self, incident: str, *, refuse_receipt: bool = False
+        self, incident: str, *, refuse_receipt: bool = True
     ) -> Receipt | tuple[Run, Receipt | None, Evidence, Assessment | None]:
         """Inside the caller's write transaction: what completing ``incident`` starts from.
 
         A completed run gives its stored receipt alone. A run at ``evidence_recorded`` gives
         (run, the receipt stored for it if any, its evidence, and under workflow version 2 its
         latest assessment): :func:`completion_decision_txn`. Anything else is refused: a completed
-        run without a receipt, a run at another step, evidence or an assessment missing. Whether
-        a receipt may already exist is the caller's decision (labkit's refuses one with
-        ``refuse_receipt``; a broken variant never looks).
+        run without a receipt, a run at another step, evidence or an assessment missing, and a
+        receipt already there (unless ``refuse_receipt`` is False: a broken variant never looks).
         """
         run = self.load_txn(incident)
         if run.step is Step.REPORT_COMPLETED:
@@ -280,23 +340,23 @@ class Coordinator:
         completed from that evidence, without asking the provider again.
         """
         result = self.finish(incident)
-        if self.tickets is None:
+        if self.effects is None:
             return result
-        return replace(result, effect=self.open_ticket(incident))
+        return replace(result, effect=self.carry_out_effect(incident))
 
     def finish(self, incident: str) -> DriveResult:
-        """The three steps of :meth:`drive`, without the ticket: the run ends ``report_completed``."""
+        """The three steps of :meth:`drive`, without the owed effect: the run ends ``report_completed``."""
         from_step = self.start(incident).step
         _, read = self._inspect(incident)
         receipt, completed = self._complete(incident)
         return DriveResult(incident, from_step, read, completed, receipt)
 
-    def open_ticket(self, incident: str) -> Effect:
-        """Open the completed run's ticket at ``tickets``, reconciling first if one may exist.
+    def carry_out_effect(self, incident: str) -> EffectState:
+        """Carry out the completed run's owed effect (its ticket), reconciling first if it may exist.
 
-        Raises when the outcome stays unknown (recorded as uncertain) or the service did
-        nothing; see :func:`labkit.effects.open_ticket`.
+        Raises when the outcome stays unknown (recorded as uncertain) or the destination did
+        nothing; see :meth:`OwedEffect.carry_out` and :func:`labkit.effects.open_ticket`.
         """
-        if self.tickets is None:
-            raise ValueError("this coordinator has no ticket service (tickets=None)")
-        return open_ticket(self.conn, incident, self.tickets, self.clock, crash=self.crash, decide=self.decide)
+        if self.effects is None:
+            raise ValueError("this coordinator owes no effect (effects=None)")
+        return self.effects.carry_out(self.conn, incident, self.clock, self.crash)

@@ -18,7 +18,11 @@ Recovery never resends blindly. It first asks the destination by key
 request is sent again under the same key (the service replays, it cannot duplicate);
 cannot be asked, the effect stays uncertain for a person. That choice is one small function,
 :func:`reconciliation_decision`, which recovery takes as a parameter (``decide=``) so that a
-lesson's exercise can write its own. Taught in 09_external_effects.
+lesson's exercise can write its own.
+
+The coordinator knows none of this: it is given an :class:`~labkit.coordinator.OwedEffect`
+(``Coordinator(..., effects=Tickets(url))``) and only decides *when* each part happens.
+:class:`Tickets` is labkit's. Taught in 09_external_effects.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from .database import require_write_transaction, transaction
 from .errors import BadInput, RunFailure, UnknownRun
 from .jsontext import canonical_json, sha256_hex
 from .store import connect
-from .ticket_client import KeyLookup, post_ticket, tickets_for_key
+from .ticket_client import KeyLookup, all_tickets, post_ticket, tickets_for_key
 
 #: The ledger's table is in labkit.schema (EFFECTS_TABLE_V4); its CHECK holds the rule the
 #: lesson is about: an effect is never done without the destination's ticket.
@@ -44,6 +48,9 @@ from .ticket_client import KeyLookup, post_ticket, tickets_for_key
 TICKET_TIMEOUT = 1.0
 
 STATES = ("intended", "uncertain", "done", "resolved")
+#: The states in which a completed run still owes its effect: recovery drives it again, and
+#: retention keeps its raw diagnostic.
+OWED = ("intended", "uncertain")
 
 #: What reconciliation may do with the destination's answer to "what do you hold under this key?".
 DECISIONS = ("record", "send_again", "leave_uncertain")
@@ -60,12 +67,6 @@ class Effect:
     last_outcome: str
     reason: str | None
     updated_at: str
-
-    def as_status(self) -> dict[str, object]:
-        return {"state": self.state, "operation_key": self.operation_key, "ticket": self.ticket}
-
-
-NO_EFFECT = {"state": "none", "operation_key": None, "ticket": None}
 
 
 class EffectNotUncertain(BadInput):
@@ -277,6 +278,36 @@ def _reconcile(conn, effect: Effect, url: str, clock: Clock, timeout: float, tic
         if lookup.outcome in ("found", "absent"):
             return _mark_txn(conn, effect, "uncertain", clock, outcome=f"left uncertain although the look-up said {lookup.outcome}")
     raise EffectOutcomeUnknown(effect.incident, f"the ticket service could not be asked ({lookup.detail or lookup.outcome})")
+
+
+@dataclass(frozen=True)
+class Tickets:
+    """The effect completion owes in 09_external_effects: the incident's ticket, at the service at ``url``.
+
+    What a coordinator and recovery are given (``effects=Tickets(url)``; the command line's
+    ``--tickets URL``): an :class:`~labkit.coordinator.OwedEffect`. ``decide`` says what a
+    look-up by key means during reconciliation (:func:`reconciliation_decision`; 09's
+    exercise writes its own).
+    """
+
+    url: str
+    decide: Callable[[KeyLookup], str] = reconciliation_decision
+
+    def intend_txn(self, conn: sqlite3.Connection, incident: str, workflow_version: int, report: dict, clock: Clock) -> None:
+        """Inside the completion transaction: the ticket's intent, under its operation key."""
+        record_intent_txn(conn, incident, operation_key(incident, workflow_version), ticket_request(report), clock)
+
+    def carry_out(self, conn: sqlite3.Connection, incident: str, clock: Clock, crash: CrashPlan) -> Effect:
+        """After the completion's commit: :func:`open_ticket`."""
+        return open_ticket(conn, incident, self.url, clock, crash=crash, decide=self.decide)
+
+    def owed_txn(self, conn: sqlite3.Connection) -> set[str]:
+        """The runs whose ticket is still owed (intended) or whose outcome is unknown (uncertain)."""
+        return {effect.incident for effect in list_effects_txn(conn, OWED)}
+
+    def held(self) -> list[dict]:
+        """Every ticket the service holds, with the key it was opened under (:func:`labkit.ticket_client.all_tickets`)."""
+        return all_tickets(self.url)
 
 
 def resolve(db, incident: str, ticket: str | None, reason: str, clock: Clock) -> Effect:

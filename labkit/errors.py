@@ -196,6 +196,14 @@ class WorkflowVersionMismatch(BadInput):
         )
 
 
+class UnsupportedVersion(BadInput):
+    """A workflow version this labkit does not run (``--workflow-version 7``, a migration to 1)."""
+
+    def __init__(self, version: int, why: str, known: tuple[int, ...]):
+        self.version, self.known = version, known
+        super().__init__(f"workflow version {version}: {why} (this labkit knows versions {', '.join(map(str, known))})")
+
+
 class StepOrderError(BadInput):
     """A transition that is not exactly one step forward from where the run is."""
 

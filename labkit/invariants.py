@@ -27,24 +27,27 @@ checked from the lease rows alone:
 
 The crash suite in ``tests/`` and 12_crash_explorer run every crash point through
 :func:`check_invariants`; one table of results per database.
+
+8 to 11 read the effect ledger's and the lease tables (labkit.schema) with plain SQL: what the
+rows must satisfy is stated here, once; how they are written is :mod:`labkit.effects`'s and
+:mod:`labkit.leases`'s, which this module does not import. What the ticket service holds is
+asked of the effect itself (:meth:`labkit.coordinator.OwedEffect.held`).
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from .coordinator import Coordinator
+from .coordinator import Coordinator, OwedEffect
 from .database import read_transaction
-from .effects import list_effects_txn
-from .leases import leases_before_evidence_txn, stale_commits_txn
 from .provider import CallLog, ReadAdapter
 from .recovery import recover
 from .steps import Step
 from .store import connect_readonly, list_runs_txn, snapshot
-from .ticket_client import all_tickets
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,8 @@ STATEMENTS = {
 
 
 def check_invariants(
-    db_path: str | Path, call_log: str | Path, expected_reads: dict[str, int], provider: ReadAdapter, tickets: str | None = None,
-    *, leases: bool = False, coordinator_class: type[Coordinator] = Coordinator,
+    db_path: str | Path, call_log: str | Path, expected_reads: dict[str, int], provider: ReadAdapter,
+    effects: OwedEffect | None = None, *, leases: bool = False, coordinator_class: type[Coordinator] = Coordinator,
     recover_again: Callable[[], int] | None = None,
 ) -> list[InvariantResult]:
     """Check all seven; ``expected_reads`` maps each incident to 1 + its reads that never committed.
@@ -81,8 +84,9 @@ def check_invariants(
     (:data:`~labkit.crashpoints.BETWEEN_READ_AND_COMMIT`); a test that also makes the
     provider fail counts those reads too.
 
-    Invariant 7 runs :func:`~labkit.recovery.recover` once more with ``provider``, so call
-    this only after the recovery under test has finished. ``leases=True`` adds 10 and 11, for
+    Invariant 7 runs :func:`~labkit.recovery.recover` once more with ``provider`` (and
+    ``effects``), so call this only after the recovery under test has finished. ``effects``
+    (``labkit.effects.Tickets(url)``, for runs that open a ticket) adds 8 and 9. ``leases=True`` adds 10 and 11, for
     runs driven by the leased flow; there, which killed worker had read before it died is
     not in the rows, so 11 bounds the reads that 5 would need predicted. ``coordinator_class``
     is the recovery 7 runs again: a deliberately broken variant (:mod:`labkit.lab.naive`) is
@@ -101,7 +105,7 @@ def check_invariants(
         ):
             history.setdefault(incident, []).append((from_step, to_step, state_version))
         integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
-        effects = list_effects_txn(conn)
+        ledger = conn.execute("SELECT incident, operation_key, state, ticket FROM effects ORDER BY incident").fetchall()
         stale = stale_commits_txn(conn) if leases else []
         leased_before_evidence = leases_before_evidence_txn(conn) if leases else {}
         before = snapshot(conn)
@@ -130,8 +134,8 @@ def check_invariants(
     )
     record(6, [] if integrity == "ok" else [integrity], "ok")
 
-    if tickets is not None:
-        held = all_tickets(tickets)
+    if effects is not None:
+        held = effects.held()
         by_key: dict[str, list[str]] = {}
         for ticket in held:
             if ticket.get("key") is not None:  # a service without idempotency keeps no key
@@ -144,13 +148,15 @@ def check_invariants(
         doubled += [f"{incident} has {len(found)} tickets ({', '.join(found)})"
                     for incident, found in sorted(by_incident.items()) if len(found) > 1]
         record(8, doubled, f"{len(held)} tickets, {len(by_key)} keys")
-        wrong = [f"{e.incident} still intended" for e in effects if e.state == "intended"]
-        for effect in effects:
+        wrong = [f"{e['incident']} still intended" for e in ledger if e["state"] == "intended"]
+        for effect in ledger:
             # done means the destination holds that ticket, under this key (or under none, where the
             # service keeps no keys)
-            if effect.state == "done" and (effect.ticket not in key_of or key_of[effect.ticket] not in (effect.operation_key, None)):
-                wrong.append(f"{effect.incident} done as {effect.ticket}, which the destination does not hold under its key")
-        record(9, wrong, ", ".join(f"{e.incident}: {e.state}" for e in effects) or "no effects")
+            if effect["state"] == "done" and (
+                effect["ticket"] not in key_of or key_of[effect["ticket"]] not in (effect["operation_key"], None)
+            ):
+                wrong.append(f"{effect['incident']} done as {effect['ticket']}, which the destination does not hold under its key")
+        record(9, wrong, ", ".join(f"{e['incident']}: {e['state']}" for e in ledger) or "no effects")
 
     if leases:
         record(10, stale, "every commit under its run's latest lease")
@@ -164,7 +170,7 @@ def check_invariants(
     if recover_again is not None:
         resumed = recover_again()
     else:
-        again = recover(db_path, provider, tickets=tickets, coordinator_class=coordinator_class)
+        again = recover(db_path, provider, effects=effects, coordinator_class=coordinator_class)
         # An effect left uncertain for a person is asked about by every recovery (a look-up that
         # changes nothing): that is not work left undone, provided no row changed (checked below).
         resumed = len([r for r in again if not (r.error is None and r.effect is not None and r.effect.state == "uncertain"
@@ -181,6 +187,40 @@ def check_invariants(
         "no change",
     )
     return sorted(results, key=lambda result: result.number)
+
+
+def stale_commits_txn(conn: sqlite3.Connection) -> list[str]:
+    """Commits accepted under a token that was not the run's latest lease: empty, or fencing failed.
+
+    Read from rows alone. Events are written under the write lock, so their order is commit
+    order, and tokens grow with every claim: a commit is stale if its token is not the
+    largest claimed on its run before it. A run's ``lease_token`` must also be its latest.
+    """
+    wrong = []
+    rows = conn.execute(
+        "SELECT c.seq, c.incident, c.token, c.detail, (SELECT MAX(k.token) FROM lease_events k"
+        "   WHERE k.incident = c.incident AND k.event = 'claimed' AND k.seq < c.seq) AS latest"
+        " FROM lease_events c WHERE c.event = 'committed' ORDER BY c.seq"
+    )
+    for seq, incident, token, detail, latest in rows:
+        if latest != token:
+            wrong.append(f"{incident}: {detail} accepted under token {token} after token {latest} was claimed (event {seq})")
+    rows = conn.execute(
+        "SELECT r.incident, r.lease_token, (SELECT MAX(token) FROM leases l WHERE l.incident = r.incident)"
+        " FROM runs r WHERE r.lease_token IS NOT (SELECT MAX(token) FROM leases l WHERE l.incident = r.incident)"
+    )
+    wrong += [f"{incident}: its lease_token is {token}, its latest lease {latest}" for incident, token, latest in rows]
+    return wrong
+
+
+def leases_before_evidence_txn(conn: sqlite3.Connection) -> dict[str, int]:
+    """Per run, the leases claimed while it was at ``not_inspected``: the most reads it may have cost."""
+    rows = conn.execute(
+        "SELECT e.incident, COUNT(*) FROM lease_events e JOIN transitions t"
+        "   ON t.incident = e.incident AND t.state_version = e.state_version"
+        " WHERE e.event = 'claimed' AND t.to_step = 'not_inspected' GROUP BY e.incident"
+    )
+    return dict(rows.fetchall())
 
 
 def _climbs(history: list[tuple], final: Step, final_version: int) -> bool:

@@ -34,8 +34,8 @@ the millisecond, always the same width, so that their text order is their time o
 
 The rows that tell the story: ``runs.lease_token`` (the run's latest lease), ``leases``
 (one row per lease) and ``lease_events`` (every claim, renewal, commit, refusal and
-release, in commit order). From them alone, :func:`stale_commits_txn` checks that no
-commit under a stale token was ever accepted. Taught in 10_leases_and_fencing.
+release, in commit order). From them alone, :func:`labkit.invariants.stale_commits_txn`
+checks that no commit under a stale token was ever accepted (invariant 10). Taught in 10_leases_and_fencing.
 """
 
 from __future__ import annotations
@@ -49,11 +49,11 @@ from datetime import timedelta
 from pathlib import Path
 
 from .clock import Clock, iso_milliseconds, parse_instant
+from .coordinator import check_run_version
 from .database import read_transaction, require_write_transaction, transaction
 from .errors import BadInput, RunFailure, StaleTransition, StepOrderError, UnknownRun, shown
 from .steps import Step
 from .store import Fence, advance_txn, connect_readonly, find_run_txn
-from .versioning import check_run_version
 
 #: The tables (``leases``, ``lease_events`` and ``runs.lease_token``) are in labkit.schema.
 
@@ -467,7 +467,7 @@ def fenced_advance_txn(conn: sqlite3.Connection, lease: Lease, clock: Clock, *, 
         raise UnknownRun(lease.incident)
     seen = replace(run, step=lease.step, version=lease.state_version)  # the run as this worker read it
     try:
-        advance_txn(conn, seen, to, _Reading(at), fence=Fence(lease.token, condition))
+        advance_txn(conn, seen, to, clock, fence=Fence(lease.token, condition), at=at)
     except StaleTransition:
         version, current = conn.execute("SELECT version, lease_token FROM runs WHERE incident = ?", (lease.incident,)).fetchone()
         _event_txn(conn, lease.token, lease.incident, "refused", lease.state_version, now,
@@ -476,16 +476,6 @@ def fenced_advance_txn(conn: sqlite3.Connection, lease: Lease, clock: Clock, *, 
         raise StaleLease(lease.incident, action, lease.token, current, lease.state_version, version) from None
     _event_txn(conn, lease.token, lease.incident, "committed", lease.state_version + 1, now, to.value)
     return replace(lease, step=to, state_version=lease.state_version + 1)
-
-
-@dataclass(frozen=True)
-class _Reading:
-    """One reading of a clock, handed on: a fenced commit's transition and its lease event share the instant."""
-
-    text: str
-
-    def now(self) -> str:
-        return self.text
 
 
 # --------------------------------------------------------------------------- reading the rows
@@ -513,40 +503,6 @@ def lease_log(db: str | Path, incident: str | None = None) -> list[LeaseEvent]:
         return lease_events_txn(conn, incident)
 
 
-def stale_commits_txn(conn: sqlite3.Connection) -> list[str]:
-    """Commits accepted under a token that was not the run's latest lease: empty, or fencing failed.
-
-    Read from rows alone. Events are written under the write lock, so their order is commit
-    order, and tokens grow with every claim: a commit is stale if its token is not the
-    largest claimed on its run before it. A run's ``lease_token`` must also be its latest.
-    """
-    wrong = []
-    rows = conn.execute(
-        "SELECT c.seq, c.incident, c.token, c.detail, (SELECT MAX(k.token) FROM lease_events k"
-        "   WHERE k.incident = c.incident AND k.event = 'claimed' AND k.seq < c.seq) AS latest"
-        " FROM lease_events c WHERE c.event = 'committed' ORDER BY c.seq"
-    )
-    for seq, incident, token, detail, latest in rows:
-        if latest != token:
-            wrong.append(f"{incident}: {detail} accepted under token {token} after token {latest} was claimed (event {seq})")
-    rows = conn.execute(
-        "SELECT r.incident, r.lease_token, (SELECT MAX(token) FROM leases l WHERE l.incident = r.incident)"
-        " FROM runs r WHERE r.lease_token IS NOT (SELECT MAX(token) FROM leases l WHERE l.incident = r.incident)"
-    )
-    wrong += [f"{incident}: its lease_token is {token}, its latest lease {latest}" for incident, token, latest in rows]
-    return wrong
-
-
 def refused_commits_txn(conn: sqlite3.Connection) -> int:
     """How many stale commits the fence refused (each left a ``refused`` event)."""
     return conn.execute("SELECT COUNT(*) FROM lease_events WHERE event = 'refused'").fetchone()[0]
-
-
-def leases_before_evidence_txn(conn: sqlite3.Connection) -> dict[str, int]:
-    """Per run, the leases claimed while it was at ``not_inspected``: the most reads it may have cost."""
-    rows = conn.execute(
-        "SELECT e.incident, COUNT(*) FROM lease_events e JOIN transitions t"
-        "   ON t.incident = e.incident AND t.state_version = e.state_version"
-        " WHERE e.event = 'claimed' AND t.to_step = 'not_inspected' GROUP BY e.incident"
-    )
-    return dict(rows.fetchall())

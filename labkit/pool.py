@@ -36,7 +36,7 @@ from typing import TextIO
 from . import contract
 from .children import ended, pump, this_labkit
 from .clock import Clock, SystemClock, parse_instant
-from .coordinator import WORKFLOW_VERSION
+from .coordinator import WORKFLOW_VERSION, check_run_version
 from .crashpoints import LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint
 from .database import check_path, read_transaction, transaction, translate
 from .errors import BadWorkOption, LabError, RunFailure, UnknownCrashPoint, UnknownIncident, error_line, one_line, report
@@ -44,7 +44,6 @@ from .leases import StaleLease, backlog_txn, check_lease_seconds, latest_token_t
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .steps import Step
 from .store import connect, create_run_txn, list_runs_txn
-from .versioning import check_run_version
 from .worker import DEFAULT_LEASE_SECONDS, LeasedWorker
 
 #: The most worker processes ``work`` starts (the lab runs on a laptop).

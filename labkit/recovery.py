@@ -14,21 +14,16 @@ from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .clock import Clock
-from .coordinator import WORKFLOW_VERSION, Coordinator
+from .coordinator import WORKFLOW_VERSION, Coordinator, EffectState, OwedEffect
 from .crashpoints import NO_CRASH, CrashPlan
 from .database import read_transaction, translate
-from .effects import Effect, list_effects_txn, reconciliation_decision
 from .errors import LabError
 from .provider import ReadAdapter
 from .receipts import Receipt
 from .steps import Step
 from .store import connect, list_runs_txn
-
-if TYPE_CHECKING:
-    from .ticket_client import KeyLookup
 
 
 @dataclass(frozen=True)
@@ -41,7 +36,7 @@ class Resumed:
     completed: bool = False  # this worker committed the completion
     receipt: Receipt | None = None
     error: LabError | None = None
-    effect: Effect | None = None  # with tickets: where the run's ticket stands now
+    effect: EffectState | None = None  # with effects: where the run's owed effect (its ticket) stands now
 
     @property
     def outcome(self) -> str:
@@ -72,8 +67,7 @@ def recover(
     workflow_version: int = WORKFLOW_VERSION,
     progress: Callable[[Resumed], None] | None = None,
     coordinator_class: type[Coordinator] = Coordinator,
-    tickets: str | None = None,
-    decide: Callable[[KeyLookup], str] = reconciliation_decision,
+    effects: OwedEffect | None = None,
 ) -> list[Resumed]:
     """Resume every unfinished run from its recorded step; return one :class:`Resumed` per run.
 
@@ -84,16 +78,14 @@ def recover(
     as it goes rather than lose the report if the process dies half way. The database must
     exist: recovery of a mistyped path must not create an empty one.
     ``coordinator_class`` lets a lesson recover with a deliberately broken variant
-    (:mod:`labkit.lab.naive`). With ``tickets``, completed runs whose ticket is still owed
-    (intended) or whose outcome is unknown (uncertain) are reconciled too, ``decide`` saying
-    what the destination's answer to a look-up by key means
-    (:func:`labkit.effects.reconciliation_decision`); without it, effects are left alone.
+    (:mod:`labkit.lab.naive`). With ``effects`` (:class:`labkit.effects.Tickets`), completed runs
+    whose effect is still owed or uncertain (:meth:`~labkit.coordinator.OwedEffect.owed_txn`)
+    are driven again, which reconciles them; without it, effects are left alone.
     """
     with closing(connect(db_path, create=False)) as conn:
-        coordinator = coordinator_class(conn, provider, clock=clock, crash=crash, workflow_version=workflow_version, tickets=tickets,
-                                        decide=decide)
+        coordinator = coordinator_class(conn, provider, clock=clock, crash=crash, workflow_version=workflow_version, effects=effects)
         with read_transaction(conn):
-            owed = {effect.incident for effect in list_effects_txn(conn, ("intended", "uncertain"))} if tickets else set()
+            owed = effects.owed_txn(conn) if effects is not None else set()
             unfinished = [run for run in list_runs_txn(conn) if run.step is not Step.REPORT_COMPLETED or run.incident in owed]
         for run in unfinished:
             coordinator.check_version(run)

@@ -3,7 +3,7 @@
 A raw diagnostic is telemetry, and telemetry leaks: a log line quotes a connection string
 with its password, an alerting probe echoes its ``Authorization`` header, a consumer's
 channel names the address it connects from, an alert names the engineer to page. labkit
-keeps raw diagnostics apart from the evidence (:mod:`labkit.retention`), but kept apart
+keeps raw diagnostics apart from the evidence (:mod:`labkit.evidence`), but kept apart
 is still kept, so every value below is replaced by ``[redacted:KIND]`` first, in the
 evidence and in the raw diagnostic alike:
 

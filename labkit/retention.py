@@ -1,31 +1,19 @@
-"""Bounded evidence, raw diagnostics kept apart, and a retention policy for them.
+"""A retention policy for raw diagnostics: remove the old ones, keep each run's proof.
 
-A queue diagnostic is raw telemetry: the whole snapshot a provider read, with the parts the
-decision never looks at (every consumer's channel, the alerting probe, log lines). Kept in
-the evidence row, it would make every row as big as the telemetry and keep it for as long as
-the run's proof. So inspect keeps two things, in the one transaction that commits the step:
+Inspect keeps a run's raw diagnostic apart from its evidence row, referenced by digest and
+location (:mod:`labkit.evidence`): raw telemetry would otherwise make every row as big as the
+telemetry and keep it for as long as the run's proof. :func:`retain` removes the raw
+diagnostics of finished runs that are older than a number of days, and keeps the run, its
+checkpoints, its evidence row (summary, digest, reference) and its receipt, so a restarted
+worker still answers the three questions (:func:`labkit.lab.lesson.restart_answers`) and a
+re-evaluation still has the summary it reads (:func:`labkit.reevaluate`).
+:func:`diagnostic_txn` tells a removed diagnostic from one that is missing.
 
-- the **evidence row**: the contract-checked response, the *bounded summary* (at most
-  :data:`SUMMARY_LIMIT` bytes of canonical JSON), with a **reference** to the raw
-  diagnostic: its sha256 digest and its location (``diagnostics/INC-1015``);
-- the **raw diagnostic**, in the table ``diagnostics`` of the same database, under a
-  retention policy: :func:`retain` removes the raw diagnostics of finished runs that are
-  older than a number of days, and keeps the run, its checkpoints, its evidence row (summary,
-  digest, reference) and its receipt, so a restarted worker still answers the three
-  questions (:func:`labkit.lab.lesson.restart_answers`) and a re-evaluation still has the
-  summary it reads (:func:`labkit.reevaluate`).
-
-Both are redacted first (:mod:`labkit.redaction`), and the table ``redactions`` records
-which fields held what kind of value, and how many, never the value.
-
-Why a table in the same database rather than files beside it: the reference and what it
-points at commit in one transaction, so no crash can leave a reference to a file never
-written, or a file no row refers to; one file is backed up, copied and checked
-(``PRAGMA integrity_check``) as a whole. The price is that removing rows frees pages inside
-the file rather than returning them to the file system: :func:`retain` runs ``VACUUM``
-afterwards and reports the size before and after: VACUUM rewrites the file, so a removed
-diagnostic's bytes are nowhere in it afterwards. ``secure_delete`` is on while it removes, so
-the pages it frees are overwritten even if the process dies before VACUUM runs.
+Keeping them in the same database costs this: removing rows frees pages inside the file
+rather than returning them to the file system. :func:`retain` runs ``VACUUM`` afterwards and
+reports the size before and after: VACUUM rewrites the file, so a removed diagnostic's bytes
+are nowhere in it afterwards. ``secure_delete`` is on while it removes, so the pages it frees
+are overwritten even if the process dies before VACUUM runs.
 
 Taught in 11_capacity_and_retention.
 """
@@ -34,147 +22,27 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from contextlib import closing
 from dataclasses import dataclass, replace
 from datetime import UTC, timedelta
 from pathlib import Path
 
 from .clock import Clock, parse_instant
-from .contract import MAX_RESPONSE_BYTES, check_evidence
 from .database import read_transaction, require_write_transaction, transaction, translate
-from .errors import BadInput, EvidenceRejected, InconsistentRun, RunFailure, UnknownRun, shown
-from .jsontext import canonical_json, sha256_hex
-from .redaction import Redaction, redact, redact_document
-from .store import Evidence, connect, connect_readonly, store_evidence_txn
+from .effects import OWED
+from .errors import BadInput, InconsistentRun, RunFailure, UnknownRun, shown
+from .jsontext import sha256_hex
+from .store import connect, connect_readonly
 
 #: The tables (``diagnostics``, ``redactions``, ``retentions`` and the evidence row's reference
 #: columns) are in labkit.schema.
 
-#: The evidence row is bounded: the summary is at most this many bytes of canonical JSON,
-#: the same bound the contract puts on a provider's response.
-SUMMARY_LIMIT = MAX_RESPONSE_BYTES
-#: A raw diagnostic over this size is refused, and nothing about the read is stored: a
-#: megabyte is a dump, and redacting it would hold the write lock for a noticeable time.
-MAX_DIAGNOSTIC_BYTES = 1 << 20
 #: A retention window longer than a century is a typing mistake.
 MAX_RETENTION_DAYS = 36_500
 
 #: Diagnostic states, as :func:`diagnostic_txn` reports them.
 KEPT, REMOVED, NONE, MISSING = "kept", "removed", "none", "missing"
-
-
-def location_for(incident: str) -> str:
-    """Where a run's raw diagnostic is kept: a table and a key in the same database file."""
-    return f"diagnostics/{incident}"
-
-
-# --------------------------------------------------------------------------- keeping evidence
-
-
-@dataclass(frozen=True)
-class BoundedEvidence:
-    """What inspect stores for one read: the redacted summary, the redacted raw diagnostic, and the record.
-
-    ``redactions`` pairs each :class:`~labkit.redaction.Redaction` with the part it was made
-    in: ``"evidence"`` (the summary) or ``"diagnostic"`` (the raw diagnostic).
-    """
-
-    body: dict
-    diagnostic: str
-    diagnostic_digest: str
-    redactions: tuple[tuple[str, Redaction], ...]
-
-    @property
-    def summary_bytes(self) -> int:
-        return len(canonical_json(self.body).encode("utf-8"))
-
-    @property
-    def diagnostic_bytes(self) -> int:
-        return len(self.diagnostic.encode("utf-8"))
-
-    def reference(self, incident: str) -> tuple[str, str]:
-        """What the evidence row names the raw diagnostic by: (digest, location)."""
-        return self.diagnostic_digest, location_for(incident)
-
-
-def check_summary_size(incident: str, body: dict) -> int:
-    """The summary's size in bytes of canonical JSON, refused (rule ``size-limit``) over :data:`SUMMARY_LIMIT`."""
-    size = len(canonical_json(body).encode("utf-8"))
-    if size > SUMMARY_LIMIT:
-        raise EvidenceRejected(incident, "(summary)", f"{size} bytes stored, over the {SUMMARY_LIMIT}-byte limit", "size-limit")
-    return size
-
-
-def bound_evidence(incident: str, body: dict, diagnostic: bytes | str) -> BoundedEvidence:
-    """Redact a contract-checked response and its raw diagnostic, and bound them; nothing is stored.
-
-    The summary is ``body`` with its sensitive values replaced. If anything was replaced it is
-    checked against the contract again: a redaction that would make stored evidence break its
-    contract (a marker longer than a field may be) refuses the read, rather than storing the
-    value or a summary the contract never accepted. The raw diagnostic is UTF-8 text (bytes
-    that are not are replaced by U+FFFD: binary telemetry is out of scope); JSON is stored as
-    canonical JSON after redaction, anything else as redacted text.
-    """
-    raw = diagnostic.encode("utf-8", "surrogatepass") if isinstance(diagnostic, str) else diagnostic
-    if len(raw) > MAX_DIAGNOSTIC_BYTES:
-        raise EvidenceRejected(
-            incident, "(diagnostic)", f"{len(raw)} bytes, over the {MAX_DIAGNOSTIC_BYTES}-byte limit for a raw diagnostic", "size-limit"
-        )
-    summary = redact(body)
-    kept_body = summary.value
-    if summary.count:
-        kept_body = check_evidence(canonical_json(summary.value).encode("utf-8"), incident)
-    check_summary_size(incident, kept_body)
-    document = redact_document(raw.decode("utf-8", "replace"))
-    text = document.value
-    record = tuple(("evidence", r) for r in summary.redactions) + tuple(("diagnostic", r) for r in document.redactions)
-    return BoundedEvidence(kept_body, text, sha256_hex(text), record)
-
-
-def store_bounded_txn(
-    conn: sqlite3.Connection,
-    incident: str,
-    contract: str,
-    bounded: BoundedEvidence,
-    clock: Clock,
-    inputs: Mapping[str, object] | None = None,
-    *,
-    record_assessment: bool = True,
-) -> Evidence:
-    """Write what :func:`bound_evidence` prepared: evidence row and reference, raw diagnostic, redactions.
-
-    :func:`labkit.store.store_evidence_txn`, then :func:`keep_diagnostic_txn`, as the
-    coordinator's evidence write does (:func:`labkit.coordinator.record_evidence_txn`).
-    """
-    require_write_transaction(conn, "store_bounded_txn")
-    evidence = store_evidence_txn(conn, incident, contract, bounded.body, clock, inputs, record_assessment=record_assessment,
-                                  diagnostic=bounded.reference(incident))
-    keep_diagnostic_txn(conn, evidence, bounded)
-    return evidence
-
-
-def keep_diagnostic_txn(conn: sqlite3.Connection, evidence: Evidence, bounded: BoundedEvidence) -> None:
-    """Beside the evidence row just stored: its raw diagnostic, kept apart, and the redaction record of the read.
-
-    The raw diagnostic's ``kept_at`` is the evidence's ``recorded_at``: one reading of the
-    clock for both, so the age retention counts is the evidence's age.
-    """
-    require_write_transaction(conn, "keep_diagnostic_txn")
-    conn.execute(
-        "INSERT INTO diagnostics (incident, digest, body, bytes, kept_at) VALUES (?, ?, ?, ?, ?)",
-        (evidence.incident, bounded.diagnostic_digest, bounded.diagnostic, bounded.diagnostic_bytes, evidence.recorded_at),
-    )
-    record_redactions_txn(conn, evidence.incident, bounded.redactions)
-
-
-def record_redactions_txn(conn: sqlite3.Connection, incident: str, redactions: tuple[tuple[str, Redaction], ...]) -> None:
-    """Write the redaction record of one read: (part, field, kind, count) rows, never a value."""
-    require_write_transaction(conn, "record_redactions_txn")
-    conn.executemany(
-        "INSERT INTO redactions (incident, part, field, kind, count) VALUES (?, ?, ?, ?, ?)",
-        [(incident, part, r.field, r.kind, r.count) for part, r in redactions],
-    )
 
 
 # --------------------------------------------------------------------------- reading back
@@ -329,10 +197,11 @@ def database_bytes(conn: sqlite3.Connection) -> int:
     return conn.execute("PRAGMA page_count").fetchone()[0] * conn.execute("PRAGMA page_size").fetchone()[0]
 
 
-#: A run is unfinished while it is not completed, or its completion still owes an action.
+#: A run is unfinished while it is not completed, or its completion still owes an action
+#: (an effect in one of :data:`labkit.effects.OWED`, our own constants, spelled into the SQL).
 _UNFINISHED_SQL = (
     "(r.step != 'report_completed' OR EXISTS (SELECT 1 FROM effects e WHERE e.incident = r.incident"
-    " AND e.state IN ('intended', 'uncertain')))"
+    f" AND e.state IN ({', '.join(repr(state) for state in OWED)})))"
 )
 
 

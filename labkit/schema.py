@@ -151,11 +151,11 @@ LEASE_EVENTS_TABLE_V5 = """CREATE TABLE lease_events (
 
 # --------------------------------------------------------------------------- schema version 6
 
-#: Rules: labkit.retention. The evidence row names its raw diagnostic by digest and location;
+#: Rules: labkit.evidence. The evidence row names its raw diagnostic by digest and location;
 #: NULL on evidence from before they existed.
 EVIDENCE_DIAGNOSTIC_DIGEST_V6 = "ALTER TABLE evidence ADD COLUMN diagnostic_digest TEXT"
 EVIDENCE_DIAGNOSTIC_LOCATION_V6 = "ALTER TABLE evidence ADD COLUMN diagnostic_location TEXT"
-#: Rules: labkit.retention (store_bounded_txn writes it, retain_txn removes from it).
+#: Rules: labkit.evidence (store_bounded_txn writes it), labkit.retention (retain_txn removes from it).
 DIAGNOSTICS_TABLE_V6 = """CREATE TABLE diagnostics (
             incident  TEXT PRIMARY KEY REFERENCES runs (incident),
             digest    TEXT NOT NULL,   -- sha256 of body; the evidence row names the same digest
@@ -163,7 +163,7 @@ DIAGNOSTICS_TABLE_V6 = """CREATE TABLE diagnostics (
             bytes     INTEGER NOT NULL CHECK (bytes = length(CAST(body AS BLOB))),
             kept_at   TEXT NOT NULL    -- the evidence's recorded_at: retention counts its age from here
         ) STRICT"""
-#: Rules: labkit.retention with labkit.redaction (which fields held what kind of value; never the value).
+#: Rules: labkit.evidence with labkit.redaction (which fields held what kind of value; never the value).
 REDACTIONS_TABLE_V6 = """CREATE TABLE redactions (
             incident  TEXT NOT NULL REFERENCES runs (incident),
             part      TEXT NOT NULL CHECK (part IN ('evidence', 'diagnostic')),

@@ -1,17 +1,19 @@
 """What ``python -m labkit status --json`` reports: every run, its proof, and its reads.
 
 ``provider_reads`` comes from the provider's own call log, not from the database, which is
-the point: it counts reads the database kept no trace of (N1).
+the point: it counts reads the database kept no trace of (N1). A run's ``effect`` is read
+from the effect ledger's table directly (labkit.schema); what the states mean, and how an
+effect moves between them, is :mod:`labkit.effects`'s.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from contextlib import closing
 from pathlib import Path
 
 from .coordinator import WORKFLOW_VERSION
 from .database import read_transaction
-from .effects import NO_EFFECT, find_effect_txn
 from .provider import CallLog, call_log_for
 from .receipts import receipt_id_txn
 from .store import SCHEMA_VERSION, connect_readonly, has_evidence_txn, list_runs_txn
@@ -36,7 +38,7 @@ def status_of(db: str | Path) -> dict:
                 "receipts": conn.execute("SELECT COUNT(*) FROM receipts WHERE incident = ?", (run.incident,)).fetchone()[0],
                 "receipt_id": receipt_id_txn(conn, run.incident),
                 "assessments": conn.execute("SELECT COUNT(*) FROM assessments WHERE incident = ?", (run.incident,)).fetchone()[0],
-                "effect": effect.as_status() if (effect := find_effect_txn(conn, run.incident)) else dict(NO_EFFECT),
+                "effect": _effect_txn(conn, run.incident),
             }
             for run in list_runs_txn(conn)
         ]
@@ -46,3 +48,9 @@ def status_of(db: str | Path) -> dict:
     for run in runs:
         run["provider_reads"] = sum(1 for call in calls if call.incident == run["incident"])
     return {"schema_version": SCHEMA_VERSION, "workflow_version": WORKFLOW_VERSION, "runs": runs}
+
+
+def _effect_txn(conn: sqlite3.Connection, incident: str) -> dict[str, object]:
+    """The run's effect as status shows it: its state, operation key and ticket, or state ``none``."""
+    row = conn.execute("SELECT state, operation_key, ticket FROM effects WHERE incident = ?", (incident,)).fetchone()
+    return dict(row) if row is not None else {"state": "none", "operation_key": None, "ticket": None}

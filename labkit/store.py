@@ -243,7 +243,9 @@ class Fence:
     condition: str
 
 
-def advance_txn(conn: sqlite3.Connection, run: Run, to: Step, clock: Clock, *, fence: Fence | None = None) -> Run:
+def advance_txn(
+    conn: sqlite3.Connection, run: Run, to: Step, clock: Clock, *, fence: Fence | None = None, at: str | None = None
+) -> Run:
     """Compare-and-set: move ``run`` one step forward to ``to``, only if it is still where ``run`` says.
 
     A move that is not exactly the next step is refused before any write
@@ -252,12 +254,14 @@ def advance_txn(conn: sqlite3.Connection, run: Run, to: Step, clock: Clock, *, f
     between, no row matches and we refuse (:class:`~labkit.errors.StaleTransition`) rather
     than overwrite its progress. With ``fence``, the WHERE clause is the fence's condition:
     the same predicate with the lease's token (:func:`labkit.leases.fenced_advance_txn`).
-    Either way the move writes its ``transitions`` row in the same transaction.
+    Either way the move writes its ``transitions`` row in the same transaction, at ``clock``'s
+    time, or at ``at`` when the caller has read the clock already (a fenced commit's lease
+    event shares the transition's instant).
     """
     require_write_transaction(conn, "advance_txn")
     if run.step.next is not to:
         raise StepOrderError(run.incident, run.step.value, f"move to {to.value}")
-    at = clock.now()
+    at = clock.now() if at is None else at
     condition = COMPARE_AND_SET if fence is None else fence.condition
     cursor = conn.execute(
         f"UPDATE runs SET step = :to, version = version + 1, updated_at = :at WHERE incident = :incident AND ({condition})",
@@ -292,7 +296,7 @@ def store_evidence_txn(
     workflow-version-2 completion builds its report from; the previous release
     (workflow version 1) did not record one (``record_assessment=False``). ``diagnostic`` is
     the reference to the raw diagnostic kept apart, (digest, location): written with the row,
-    not added to it later (:func:`labkit.retention.store_bounded_txn`).
+    not added to it later (:func:`labkit.evidence.store_bounded_txn`).
     """
     require_write_transaction(conn, "store_evidence_txn")
     inputs = dict(inputs or {})

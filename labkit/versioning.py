@@ -6,7 +6,9 @@ mean what *that* release meant by it. Moving runs to a new version is a decision
 reason, made once, in one transaction, and written down: :func:`migrate`, and the log
 :func:`migration_log`.
 
-The versions labkit knows:
+The versions labkit knows (the list and the check are the coordinator's,
+:data:`labkit.coordinator.SUPPORTED_VERSIONS` and :func:`labkit.coordinator.check_run_version`:
+the coordinator is a versioned state machine; what lives here is how runs move between versions):
 
 - **1**, the previous release: inspect stores the evidence; completion builds the report
   from the evidence's own diagnosis.
@@ -38,23 +40,14 @@ from pathlib import Path
 from . import provider
 from .assessments import DECISION_INPUTS, Assessment, latest_assessment_txn, record_assessment_txn
 from .clock import Clock
+from .coordinator import SUPPORTED_VERSIONS, check_supported
 from .database import read_transaction, require_write_transaction, transaction
-from .errors import BadInput, UnknownRun, WorkflowVersionMismatch
+from .errors import BadInput, UnknownRun, UnsupportedVersion
 from .jsontext import canonical_json
 from .steps import Step
 from .store import connect, connect_readonly, find_run_txn, list_runs_txn, load_evidence_txn
 
-#: The workflow versions this labkit can run; the last is the current one.
-SUPPORTED_VERSIONS = (1, 2)
-CURRENT_VERSION = SUPPORTED_VERSIONS[-1]
-
 #: The migration log's table is in labkit.schema (MIGRATIONS_TABLE_V3).
-
-
-class UnsupportedVersion(BadInput):
-    def __init__(self, version: int, why: str):
-        self.version = version
-        super().__init__(f"workflow version {version}: {why} (this labkit knows versions {', '.join(map(str, SUPPORTED_VERSIONS))})")
 
 
 class MigrationRefused(BadInput):
@@ -83,23 +76,6 @@ class Migration:
     runs: list[str]
     at: str
     reason: str
-
-
-def check_run_version(incident: str, found: int, expected: int = CURRENT_VERSION) -> None:
-    """The one workflow-version check: a run written by another version is refused.
-
-    Its step would mean whatever that version meant by it; reading it as ours would be a
-    guess. The coordinator (:meth:`labkit.Coordinator.check_version`), a lease's claim and
-    ``python -m labkit work`` all ask here (02_three_states, 08_versioning).
-    """
-    if found != expected:
-        raise WorkflowVersionMismatch(incident, found, expected)
-
-
-def check_supported(version: int) -> int:
-    if version not in SUPPORTED_VERSIONS:
-        raise UnsupportedVersion(version, "unknown")
-    return version
 
 
 #: A migration rule: None if the run (incident, its step) means the same under the new
@@ -138,7 +114,7 @@ def migrate(
     """
     check_supported(to_version)
     if to_version == SUPPORTED_VERSIONS[0]:
-        raise UnsupportedVersion(to_version, "it is the first version: there is nothing to migrate to it from")
+        raise UnsupportedVersion(to_version, "it is the first version: there is nothing to migrate to it from", SUPPORTED_VERSIONS)
     if not reason.strip():
         raise BadInput("a migration needs a reason (--reason TEXT): it is a decision, and the log keeps it")
     from_version = to_version - 1

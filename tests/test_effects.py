@@ -10,7 +10,7 @@ every fault mode and every crash point around the send, the tests check:
 - an outcome nobody can know is listed as uncertain (``effects --json``) and never retried
   blindly; ``resolve`` records a person's decision, and refuses an effect that is not uncertain;
 - a second recovery changes nothing (rows, provider log, tickets), and
-  ``labkit.check_invariants(..., tickets=URL)`` holds all nine.
+  ``labkit.check_invariants(..., effects=Tickets(URL))`` holds all nine.
 
 Each case prints one ``TABLE|`` line (``pytest -s``): fault or crash point x tickets at the
 destination x effect state after recovery.
@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 import labkit
+from labkit.effects import Tickets
 from labkit.lab.processes import child_env
 from labkit.lab.ticket_service import DROP, FAIL, NO_IDEMPOTENCY, SLOW, TicketService
 
@@ -92,7 +93,7 @@ def held(service: TicketService, effect: dict | None = None) -> list[dict]:
 
 
 def assert_all_nine(lab, service: TicketService) -> None:
-    results = labkit.check_invariants(lab.db, lab.call_log, {INC: 1}, lab.provider(), tickets=service.url)
+    results = labkit.check_invariants(lab.db, lab.call_log, {INC: 1}, lab.provider(), effects=Tickets(service.url))
     assert [r.number for r in results] == list(range(1, 10))
     assert [f"{r.number} {r.statement}: {r.detail}" for r in results if not r.held] == []
 
@@ -194,7 +195,7 @@ def test_fail_before_commit_for_good_keeps_it_intended_until_the_service_is_heal
     refused(run(cli, lab, service), "was not opened", code=1)
     refused(recover(cli, lab, service), "was not opened", code=1)
     assert effect_of(status, lab)["state"] == "intended" and held(service) == []
-    results = {r.number: r for r in labkit.check_invariants(lab.db, lab.call_log, {INC: 1}, lab.provider(), tickets=service.url)}
+    results = {r.number: r for r in labkit.check_invariants(lab.db, lab.call_log, {INC: 1}, lab.provider(), effects=Tickets(service.url))}
     assert not results[9].held and "still intended" in results[9].detail  # owed: not silently done, not dropped
 
     service.restart(fault=None)
@@ -400,7 +401,7 @@ def test_retry_without_key_opens_two_tickets_and_invariant_8_catches_it(lab, cli
     assert [t["key"] for t in tickets] == [f"{OPERATION}-attempt-1", f"{OPERATION}-attempt-2"]
     assert effect_of(status, lab) == {"state": "done", "operation_key": OPERATION, "ticket": tickets[1]["ticket"]}
 
-    results = {r.number: r for r in labkit.check_invariants(lab.db, lab.call_log, {INC: 1}, lab.provider(), tickets=service.url)}
+    results = {r.number: r for r in labkit.check_invariants(lab.db, lab.call_log, {INC: 1}, lab.provider(), effects=Tickets(service.url))}
     assert not results[8].held and f"{INC} has 2 tickets" in results[8].detail
     assert not results[9].held and "does not hold under its key" in results[9].detail
     assert [n for n, r in results.items() if not r.held] == [8, 9]

@@ -21,6 +21,7 @@ import pytest
 
 from labkit import evaluation
 from labkit.crashpoints import NO_CRASH, CrashPlan, CrashPoint, points
+from labkit.effects import Tickets
 from labkit.engines import INCIDENT, UnknownEngine, engine
 from labkit.engines.dbos import BadDbosUrl, IncidentApp, Paths, workflows_of
 from labkit.errors import BadInput
@@ -124,7 +125,7 @@ def test_the_same_invariant_code_catches_a_dbos_step_that_is_not_idempotent(tmp_
         in_child(recover)
         dbos = engine("dbos")
         db = dbos.db(folder)
-        results = check_invariants(db, call_log_for(db), {INCIDENT: 1}, ReferenceProvider(call_log_for(db)), tickets=url,
+        results = check_invariants(db, call_log_for(db), {INCIDENT: 1}, ReferenceProvider(call_log_for(db)), effects=Tickets(url),
                                    recover_again=lambda: 0)
     broken = {r.number for r in results if not r.held}
     assert {1, 2} <= broken, results  # never completed, no receipt

@@ -115,6 +115,22 @@ def shortest_cycle(graph: dict[str, set[str]], group: tuple[str, ...]) -> list[s
     raise AssertionError(f"{group} is not a cycle")
 
 
+#: The core: the source text's components (coordinator, provider adapter, contract, store and its
+#: evidence record, receipts, recovery, crash points, invariants, status) and what they stand on.
+#: They import one another and nothing else of labkit.
+CORE = {
+    "labkit.assessments", "labkit.children", "labkit.clock", "labkit.contract", "labkit.coordinator",
+    "labkit.crashpoints", "labkit.database", "labkit.errors", "labkit.evidence", "labkit.invariants",
+    "labkit.jsontext", "labkit.provider", "labkit.receipts", "labkit.recovery", "labkit.redaction",
+    "labkit.report", "labkit.schema", "labkit.status", "labkit.steps", "labkit.store",
+}
+#: The later lessons' mechanisms (08-13): they may import the core and one another.
+MECHANISMS = {
+    "labkit.effects", "labkit.evaluation", "labkit.leases", "labkit.pool", "labkit.retention", "labkit.ticket_client",
+    "labkit.ticket_store", "labkit.versioning", "labkit.worker",
+}
+
+
 def test_the_graph_sees_imports_at_every_level():
     graph = import_graph()
     assert "labkit.store" in graph["labkit.coordinator"]  # module level
@@ -182,3 +198,39 @@ def test_the_mechanisms_that_talk_to_the_lab_import_nothing_from_it():
             frontier = [target for name in frontier for target in graph[name] if target not in seen]
             seen.update(frontier)
         assert not seen & lab, (mechanism, sorted(seen & lab))
+def test_the_core_imports_only_the_core():
+    graph = import_graph()
+    assert CORE <= set(graph), sorted(CORE - set(graph))
+    reached = {name: sorted(graph[name] - CORE) for name in sorted(CORE) if graph[name] - CORE}
+    assert not reached, f"core modules importing beyond the core: {reached}"
+
+
+def test_the_mechanisms_import_only_the_core_and_one_another():
+    graph = import_graph()
+    assert MECHANISMS <= set(graph), sorted(MECHANISMS - set(graph))
+    allowed = CORE | MECHANISMS
+    reached = {name: sorted(graph[name] - allowed) for name in sorted(MECHANISMS) if graph[name] - allowed}
+    assert not reached, f"mechanisms importing the lab or the entry points: {reached}"
+
+
+def _late_labkit_imports(path: Path) -> list[str]:
+    """The labkit imports of a module written inside a function or under ``if TYPE_CHECKING``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        late = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
+            isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        )
+        if not late:
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.ImportFrom) and (inner.level > 0 or (inner.module or "").startswith("labkit")):
+                found.append(f"{path.name}:{inner.lineno}")
+    return found
+
+
+def test_the_core_imports_nothing_late():
+    """No import inside a function, nor one only for type checking, dodges a cycle in the core."""
+    modules = _modules()
+    late = [where for name in sorted(CORE) for where in _late_labkit_imports(modules[name])]
+    assert not late, late
+    assert _late_labkit_imports(modules["labkit.cli"])  # the check sees one where there is one (the bench, loaded on demand)

@@ -20,6 +20,7 @@ import labkit
 from labkit.clock import ManualClock
 from labkit.database import read_transaction, transaction
 from labkit.errors import BadInput, DatabaseUnavailable, InjectedFailure, RunFailure, UnknownRun, WorkflowVersionMismatch
+from labkit.invariants import stale_commits_txn
 from labkit.lab.exercises import check_fenced_commit
 from labkit.lab.locks import measure_flows, measurement_table
 from labkit.lab.races import stale_worker_race
@@ -39,7 +40,6 @@ from labkit.leases import (
     leases_txn,
     release,
     renew,
-    stale_commits_txn,
 )
 from labkit.store import create_run_txn, snapshot
 from labkit.worker import LeasedWorker

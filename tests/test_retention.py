@@ -19,20 +19,11 @@ import pytest
 
 import labkit
 from labkit.database import transaction
+from labkit.evidence import MAX_DIAGNOSTIC_BYTES, SUMMARY_LIMIT, bound_evidence, check_summary_size, store_bounded_txn
 from labkit.lab.lesson import restart_answers
 from labkit.lab.naive import TwoCommitCoordinator
 from labkit.provider import Reading
-from labkit.retention import (
-    MAX_DIAGNOSTIC_BYTES,
-    SUMMARY_LIMIT,
-    BadRetentionDays,
-    bound_evidence,
-    check_days,
-    check_summary_size,
-    diagnostic_of,
-    retain,
-    store_bounded_txn,
-)
+from labkit.retention import BadRetentionDays, check_days, diagnostic_of, retain
 
 KILLED = -signal.SIGKILL
 LATER = {"LABKIT_CLOCK": "2026-04-15T00:00:00Z"}  # six weeks after the lessons' pinned instant

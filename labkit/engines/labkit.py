@@ -22,16 +22,22 @@ from typing import ClassVar
 from ..coordinator import Coordinator
 from ..crashpoints import BETWEEN_READ_AND_COMMIT, NO_CRASH, CrashPlan, CrashPoint
 from ..database import read_transaction
+from ..effects import Tickets
 from ..errors import BadInput, LabError
 from ..recovery import recover
 from ..store import connect, connect_readonly, find_run_txn
 from .base import INCIDENT, Engine, provider_for
 
 
+def _effects(tickets: str | None) -> Tickets | None:
+    """``--tickets URL``: the ticket each completed run owes, at that service."""
+    return Tickets(tickets) if tickets is not None else None
+
+
 def drive_run(db: Path, crash: CrashPlan, tickets: str | None, kind: type[Coordinator], incident: str = INCIDENT) -> None:
     """What ``python -m labkit run --tickets URL`` does, in this process."""
     with closing(connect(db)) as conn:
-        kind(conn, provider_for(db), crash=crash, tickets=tickets).drive(incident)
+        kind(conn, provider_for(db), crash=crash, effects=_effects(tickets)).drive(incident)
 
 
 def recover_runs(db: Path, crash: CrashPlan, tickets: str | None, kind: type[Coordinator]) -> tuple[str, int]:
@@ -39,7 +45,7 @@ def recover_runs(db: Path, crash: CrashPlan, tickets: str | None, kind: type[Coo
 
     Raises on the first run it could not finish.
     """
-    resumed = recover(db, provider_for(db), crash=crash, tickets=tickets, coordinator_class=kind)
+    resumed = recover(db, provider_for(db), crash=crash, effects=_effects(tickets), coordinator_class=kind)
     for result in resumed:
         if result.error is not None:
             raise result.error

@@ -68,8 +68,8 @@ if __package__:  # imported as labkit.lab.bench; run as a script in the peers' v
     from ..contract import check_evidence
     from ..coordinator import Coordinator
     from ..errors import BadInput, BadSetting, RunFailure
+    from ..evidence import bound_evidence
     from ..provider import CallLog, ReferenceProvider, call_log_for, list_incidents
-    from ..retention import bound_evidence
     from ..store import connect, snapshot
 
 #: Rounds measured by default (after one warm-up round that is not counted). Odd, so the

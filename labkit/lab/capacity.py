@@ -24,7 +24,7 @@ page arithmetic adds.
 
 **The simulated year** writes, day by day, what the coordinator writes for each incident:
 the first day through the same store helpers (:func:`labkit.store.create_run_txn`,
-:func:`labkit.retention.store_bounded_txn`, :func:`labkit.store.advance_txn`,
+:func:`labkit.evidence.store_bounded_txn`, :func:`labkit.store.advance_txn`,
 :func:`labkit.receipts.issue_receipt_txn`), the others as the same rows in one
 ``executemany`` a table, checked column by column against the first day's (see
 :func:`simulate`), with a pinned clock one simulated day apart, one transaction a day and
@@ -60,12 +60,12 @@ from ..clock import TickingClock, parse_instant
 from ..coordinator import WORKFLOW_VERSION
 from ..database import check_path, open_database, read_transaction, set_wal, transaction
 from ..errors import BadInput, shown
+from ..evidence import location_for
 from ..jsontext import sha256_hex
 from ..receipts import receipt_id_for
-from ..retention import location_for
 
 if TYPE_CHECKING:
-    from ..retention import BoundedEvidence
+    from ..evidence import BoundedEvidence
 
 #: The seed's trial workload.
 SEED_INCIDENTS_PER_DAY = 100
@@ -522,8 +522,8 @@ class _Template:
 
 def _templates(folder: Path) -> list[_Template]:
     from ..contract import check_evidence
+    from ..evidence import bound_evidence
     from ..provider import ReferenceProvider, list_incidents
-    from ..retention import bound_evidence
 
     provider = ReferenceProvider(folder / "simulation-provider-calls.jsonl")
     templates = []
@@ -565,10 +565,11 @@ def simulate(
     """
     from ..assessments import latest_assessment_txn
     from ..contract import CONTRACT
+    from ..evidence import record_redactions_txn, store_bounded_txn
     from ..provider import REFERENCE_PROVIDER
     from ..receipts import issue_receipt_txn
     from ..report import build_report
-    from ..retention import database_bytes, record_redactions_txn, retain_txn, store_bounded_txn
+    from ..retention import database_bytes, retain_txn
     from ..steps import Step
     from ..store import TABLES, advance_txn, connect, create_run_txn, store_evidence_txn
 
@@ -716,7 +717,7 @@ def _incident_rows(shape: _Shape, incident: str, readings: Sequence[str]) -> dic
     """The rows the coordinator's store helpers write for one incident, built without them.
 
     Column for column (:data:`_SIMULATED_COLUMNS`) what :func:`simulate`'s first day writes
-    through :func:`labkit.store.create_run_txn`, :func:`labkit.retention.store_bounded_txn`
+    through :func:`labkit.store.create_run_txn`, :func:`labkit.evidence.store_bounded_txn`
     (or :func:`labkit.store.store_evidence_txn` with the raw diagnostic inline), two
     :func:`labkit.store.advance_txn` and :func:`labkit.receipts.issue_receipt_txn`, given the
     six readings of the clock the helpers take, in their order. The run is built at its last

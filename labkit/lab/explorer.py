@@ -46,6 +46,7 @@ from ..clock import ManualClock
 from ..coordinator import Coordinator
 from ..crashpoints import CRASH_POINTS, LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint, points
 from ..database import read_transaction
+from ..effects import Tickets
 from ..engines import INCIDENT, Engine, LabkitEngine, expected_reads, provider_for
 from ..engines import engine as engine_named
 from ..engines.labkit import recorded_step
@@ -224,7 +225,7 @@ def _play_run(scenario: Scenario, folder: Path, url: str) -> ScenarioResult:
         ends.append(in_child(lambda: driver.recover(folder, CrashPlan(CrashPoint(rest[0])), url)))
     final = _final_recovery(lambda: driver.final_recovery(folder, url))
     expected = driver.expected_reads(list(zip((end.killed for end in ends), scenario.crash_points, strict=False)))
-    results = check_invariants(db, call_log_for(db), {INCIDENT: expected}, provider_for(db), tickets=url,
+    results = check_invariants(db, call_log_for(db), {INCIDENT: expected}, provider_for(db), effects=Tickets(url),
                                coordinator_class=driver.coordinator_class(), recover_again=driver.recover_again(folder, url))
     return _result(scenario, tuple(ends), results, db, len(all_tickets(url)), final)
 
@@ -581,7 +582,7 @@ def _random_trial(folder: Path, number: int, run_delay: float, recovery_delay: f
         # A killed process whose read never committed left the run where it was: that read repeats.
         repeated = (first.killed and reads_first > 0 and step_after == Step.NOT_INSPECTED.value) + (
             second.killed and reads_second > 0 and step_after_second == Step.NOT_INSPECTED.value)
-        results = check_invariants(db, call_log_for(db), {INCIDENT: 1 + repeated}, provider_for(db), tickets=url,
+        results = check_invariants(db, call_log_for(db), {INCIDENT: 1 + repeated}, provider_for(db), effects=Tickets(url),
                                    coordinator_class=driver.coordinator_class())
     broken = {r.number: r.detail for r in results if not r.held}
     return Trial(number, round(run_delay * 1000, 2), round(recovery_delay * 1000, 2), (first.killed, second.killed),

@@ -38,7 +38,7 @@ from ..contract import CONTRACT, check_evidence
 from ..coordinator import Coordinator, DriveResult
 from ..crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from ..database import read_transaction, transaction
-from ..effects import TICKET_TIMEOUT, Effect, EffectNotDone, find_effect_txn, open_ticket
+from ..effects import TICKET_TIMEOUT, Effect, EffectNotDone, Tickets, find_effect_txn
 from ..errors import InconsistentRun, StepOrderError, UnknownBug
 from ..jsontext import canonical_json
 from ..provider import ReadAdapter
@@ -46,6 +46,7 @@ from ..receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from ..report import build_report
 from ..steps import Step
 from ..store import Run, advance_txn, load_evidence_txn, store_evidence_txn
+from ..ticket_client import post_ticket
 
 
 class TwoCommitCoordinator(Coordinator):
@@ -93,21 +94,19 @@ class CheckThenActCoordinator(Coordinator):
 class RetryWithoutKeyCoordinator(Coordinator):
     """Opens the ticket the way a hurried client does: a new request id per attempt, retry on timeout."""
 
-    def open_ticket(self, incident: str) -> Effect:
-        from ..ticket_client import post_ticket
-
-        assert self.tickets is not None, "this variant needs a ticket service"
+    def carry_out_effect(self, incident: str) -> Effect:
+        assert isinstance(self.effects, Tickets), "this variant needs a ticket service (effects=Tickets(url))"
         with transaction(self.conn):
             effect = find_effect_txn(self.conn, incident)
         if effect is None or effect.state in ("done", "resolved"):
-            return open_ticket(self.conn, incident, self.tickets, self.clock, crash=self.crash)
+            return self.effects.carry_out(self.conn, incident, self.clock, self.crash)
         for _ in range(3):
             with transaction(self.conn):  # it does count its attempts, durably, before each send ...
                 self.conn.execute("UPDATE effects SET attempts = attempts + 1 WHERE incident = ?", (incident,))
                 attempt = self.conn.execute("SELECT attempts FROM effects WHERE incident = ?", (incident,)).fetchone()[0]
             key = f"{effect.operation_key}-attempt-{attempt}"  # ... and that is the bug: the key changes with the attempt
             self.crash.reached(CrashPoint.BEFORE_SEND, self.conn)
-            answer = post_ticket(self.tickets, key, effect.request, TICKET_TIMEOUT)
+            answer = post_ticket(self.effects.url, key, effect.request, TICKET_TIMEOUT)
             self.crash.reached(CrashPoint.AFTER_SEND, self.conn)
             if answer.outcome in ("created", "replayed"):
                 with transaction(self.conn):
@@ -126,7 +125,7 @@ class FreshReceiptIdCoordinator(Coordinator):
 
     def _complete(self, incident: str) -> tuple[Receipt, bool]:
         with transaction(self.conn):
-            inputs = self.completion_inputs_txn(incident)
+            inputs = self.completion_inputs_txn(incident, refuse_receipt=False)
             if isinstance(inputs, Receipt):
                 return inputs, False
             run, _, evidence, assessment = inputs  # the stored receipt, if any, is never looked at: the bug

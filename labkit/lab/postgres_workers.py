@@ -44,6 +44,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..children import ChildEnd, end_of, first_line, fork, in_child
 from ..crashpoints import CrashPlan, check_point, points
+from ..effects import Tickets
 from ..engines.dbos import POSTGRES_ENV, DbosEngine, IncidentApp
 from ..errors import BadInput, UnknownIncident, shown
 from ..invariants import InvariantResult, check_invariants
@@ -347,7 +348,7 @@ def two_workers(folder: str | Path, system_url: str, incidents: Sequence[str] = 
         killed_incident = shares["worker-a"][-1]
         expected = {incident: 1 for incident in incidents}
         expected[killed_incident] = DbosEngine().expected_reads([(a_end.killed, point.value)])
-        results = check_invariants(db, call_log_for(db), expected, ReferenceProvider(call_log_for(db)), tickets=tickets,
+        results = check_invariants(db, call_log_for(db), expected, ReferenceProvider(call_log_for(db)), effects=Tickets(tickets),
                                    recover_again=lambda: _recovered_again(folder, system_url, tickets))
         held_tickets = len(all_tickets(tickets))
     workflows = workflow_rows(system_url)

@@ -12,7 +12,7 @@ from typing import Any
 
 from ...clock import TickingClock, parse_instant
 from ...database import read_transaction
-from ...effects import DECISIONS, find_effect_txn, reconciliation_decision
+from ...effects import DECISIONS, Tickets, find_effect_txn, reconciliation_decision
 from ...invariants import check_invariants
 from ...recovery import recover
 from ...store import connect_readonly, latest_time_txn, snapshot
@@ -79,7 +79,7 @@ def reconciliation_trials(decide: Callable | None = None) -> list[Reconciliation
     process, its own SQLite store). ``python -m labkit run --tickets URL`` runs in a child,
     killed by SIGKILL at the case's crash point or meeting the service's fault; all the runs
     start together, so the cases take about as long as the slowest (a 1 s client timeout).
-    Then, in this process, ``labkit.recover(..., tickets=URL, decide=decide)`` twice, and
+    Then, in this process, ``labkit.recover(..., effects=Tickets(URL, decide=decide))`` twice, and
     ``labkit.check_invariants`` with the service. Every service is stopped before returning.
     """
     chosen = decide or reconciliation_decision
@@ -117,7 +117,7 @@ def reconciliation_trials(decide: Callable | None = None) -> list[Reconciliation
             after_run = len(service.tickets())
             asked.clear()
             decided.clear()
-            recovered = recover(space.db, space.provider(), clock=_clock_after(space.db), tickets=service.url, decide=asking)
+            recovered = recover(space.db, space.provider(), clock=_clock_after(space.db), effects=Tickets(service.url, decide=asking))
             failure = next((r.error for r in recovered if r.error is not None), None)
             first_asked, first_decided = tuple(asked), tuple(decided)
             with closing(connect_readonly(space.db)) as conn:
@@ -129,10 +129,10 @@ def reconciliation_trials(decide: Callable | None = None) -> list[Reconciliation
             held = effect.state != "done" or any(
                 t["ticket"] == effect.ticket and t["key"] in (effect.operation_key, None) for t in held_tickets
             )
-            recover(space.db, space.provider(), clock=_clock_after(space.db), tickets=service.url, decide=asking)
+            recover(space.db, space.provider(), clock=_clock_after(space.db), effects=Tickets(service.url, decide=asking))
             with closing(connect_readonly(space.db)) as conn:
                 unchanged = snapshot(conn) == before and service.tickets() == held_tickets
-            results = check_invariants(space.db, space.call_log, {incident: 1}, space.provider(), tickets=service.url)
+            results = check_invariants(space.db, space.call_log, {incident: 1}, space.provider(), effects=Tickets(service.url))
             trials.append(ReconciliationTrial(
                 case, ran.status, after_run, first_asked, first_decided,
                 _FOLDERS.sub("", f"{type(failure).__name__}: {failure}".splitlines()[0]) if failure else None,

@@ -10,7 +10,8 @@ from dataclasses import replace
 from ...clock import ManualClock
 from ...coordinator import WORKFLOW_VERSION
 from ...database import transaction
-from ...leases import Lease, StaleLease, stale_commits_txn
+from ...invariants import stale_commits_txn
+from ...leases import Lease, StaleLease
 from ...store import create_run_txn
 from ...worker import CheckedReading, LeasedWorker
 from ..processes import labkit_cli

@@ -9,6 +9,7 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from ...clock import TickingClock
+from ...effects import Tickets
 from ...errors import RunFailure
 from ...retention import retain
 from ..lesson import restart_answers
@@ -62,7 +63,7 @@ def retention_case(space: Workspace, roles: dict[str, str]) -> None:
             with TicketService(space.folder / "tickets.db", fault="drop-after-commit") as service:
                 for incident in uncertain:
                     try:
-                        space.coordinator(conn, tickets=service.url).drive(incident)
+                        space.coordinator(conn, effects=Tickets(service.url)).drive(incident)
                     except RunFailure:
                         pass  # the answer was dropped: the effect is left uncertain, as intended here
 

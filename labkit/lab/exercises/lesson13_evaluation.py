@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...effects import Tickets
 from ...evaluation import TASK_TABLES, ScorerReadRefused, load_ground_truth, scoped_connection, task_score
 from ...provider import list_incidents
 from ...recovery import recover
@@ -74,9 +75,9 @@ def _build_evaluation_cases() -> list[EvaluationCase]:
     store = naive.folder / "tickets.db"
     with TicketService(store) as service:
         _killed(naive, "INC-1003", "after_send", "--bug", "retry_without_key", "--tickets", service.url)
-        recover(naive.db, naive.provider(), clock=naive.clock, tickets=service.url,
+        recover(naive.db, naive.provider(), clock=naive.clock, effects=Tickets(service.url),
                 coordinator_class=coordinator_class("retry_without_key"))
-        _driven(naive, "INC-1005", tickets=service.url)
+        _driven(naive, "INC-1005", effects=Tickets(service.url))
 
     early = Workspace.create("13-case-early")
     _driven(early, "INC-1001")
