@@ -40,7 +40,7 @@ from labkit.tickets import SLOW, TicketService, post_ticket
 
 # Not imported from conftest: tests/browser has a conftest of its own, and which one "conftest"
 # names depends on collection order.
-DATA = Path(__file__).resolve().parent.parent / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 INCIDENTS = sorted(path.stem for path in (DATA / "incidents").glob("INC-*.json"))
 TRUTH_CSV = (DATA / "ground_truth.csv").read_text(encoding="utf-8")
 
