@@ -42,7 +42,7 @@ def calls_in(log: Path) -> list[str]:
 
 
 @pytest.mark.parametrize("dangling", [False, True], ids=["to-a-file", "dangling"])
-def test_fault2_a_symlinked_provider_call_log_is_refused_and_its_target_untouched(dangling, tmp_path, folder, db, cli, refused):
+def test_fault2_a_symlinked_provider_call_log_is_refused_and_its_target_untouched(dangling, tmp_path, folder, db, cli_main, refused):
     """``DB.provider-calls.jsonl`` is a symbolic link: exit 2 naming it, the link's target unchanged.
 
     Before the fix: exit 0, and the run's read is appended to the link's target (or creates it).
@@ -52,7 +52,7 @@ def test_fault2_a_symlinked_provider_call_log_is_refused_and_its_target_untouche
         target.write_bytes(b"not yours\n")
     log = labkit.call_log_for(db)
     log.symlink_to(target)
-    refused(cli("run", "--db", db, "--incident", INC2), "provider call log", "symbolic link")
+    refused(cli_main("run", "--db", db, "--incident", INC2), "provider call log", "symbolic link")
     if dangling:
         assert not target.exists(), "the link was followed and its target created"
     else:
@@ -79,28 +79,28 @@ BAD_LOG_LINES = {
 
 
 @pytest.mark.parametrize("line", BAD_LOG_LINES.values(), ids=BAD_LOG_LINES.keys())
-def test_fault6_a_bad_line_in_the_call_log_is_named_by_its_number(line, lab, conn, cli, refused):
+def test_fault6_a_bad_line_in_the_call_log_is_named_by_its_number(line, lab, conn, cli_main, refused):
     """Before the fix: a traceback (UnicodeDecodeError, OverflowError, RecursionError); for NaN,
     one line but exit 1."""
     lab.coordinator(conn).drive("INC-1001")
     with open(lab.call_log, "ab") as handle:
         handle.write(line)
-    refused(cli("status", "--db", lab.db, "--json"), "provider call log", "line 2")
+    refused(cli_main("status", "--db", lab.db, "--json"), "provider call log", "line 2")
 
 
-def test_a_call_log_line_with_a_huge_integer_is_named_not_a_traceback(lab, cli, refused):
+def test_a_call_log_line_with_a_huge_integer_is_named_not_a_traceback(lab, cli, cli_main, refused):
     assert cli("run", "--db", lab.db, "--incident", INC).returncode == 0
     with open(lab.call_log, "a", encoding="utf-8") as log:
         log.write('{"incident": "INC-1001", "outcome": "ok", "response_bytes": ' + "9" * 5000 + "}\n")
-    refused(cli("status", "--db", lab.db), "provider call log", "line 2")
+    refused(cli_main("status", "--db", lab.db), "provider call log", "line 2")
 
 
-def test_a_damaged_provider_log_is_named(lab, cli, refused):
+def test_a_damaged_provider_log_is_named(lab, cli, cli_main, refused):
     assert cli("run", "--db", lab.db, "--incident", INC).returncode == 0
     with open(lab.call_log, "a", encoding="utf-8") as log:
         log.write('{"incident": "INC-10\n')  # a line someone cut short, followed by more
         log.write('{"incident": "INC-1001", "outcome": "ok", "response_bytes": 1}\n')
-    refused(cli("status", "--db", lab.db, "--json"), "provider-calls.jsonl", "line 2")
+    refused(cli_main("status", "--db", lab.db, "--json"), "provider-calls.jsonl", "line 2")
 
 
 SHORT_WRITE = textwrap.dedent(

@@ -31,35 +31,35 @@ def files(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
 
-def test_missing_folder_is_refused_and_not_created(tmp_path, cli, refused):
+def test_missing_folder_is_refused_and_not_created(tmp_path, cli_main, refused):
     target = tmp_path / "no-such-folder" / "lab.db"
     for args in (("run", "--db", target, "--incident", INC), ("recover", "--db", target), ("status", "--db", target, "--json")):
-        refused(cli(*args), "no-such-folder", "does not exist")
+        refused(cli_main(*args), "no-such-folder", "does not exist")
     assert not (tmp_path / "no-such-folder").exists()
 
 
 @pytest.mark.parametrize("command", ["status", "recover"])
-def test_fault9_reading_a_database_that_does_not_exist_is_refused_not_created(command, folder, cli, refused):
+def test_fault9_reading_a_database_that_does_not_exist_is_refused_not_created(command, folder, cli_main, refused):
     """Before the fix: exit 0 and a new empty database (plus -wal/-shm) appears."""
     missing = folder / "missing.db"
-    refused(cli(command, "--db", missing, *(["--json"] if command == "status" else [])), "missing.db", "does not exist")
+    refused(cli_main(command, "--db", missing, *(["--json"] if command == "status" else [])), "missing.db", "does not exist")
     assert files(folder) == []
 
 
-def test_a_folder_given_as_the_database_is_refused(folder, cli, refused):
+def test_a_folder_given_as_the_database_is_refused(folder, cli_main, refused):
     inner = folder / "looks-like.db"
     inner.mkdir()
-    refused(cli("run", "--db", inner, "--incident", INC), "looks-like.db")
-    refused(cli("recover", "--db", inner), "looks-like.db")
+    refused(cli_main("run", "--db", inner, "--incident", INC), "looks-like.db")
+    refused(cli_main("recover", "--db", inner), "looks-like.db")
     assert sorted(p.name for p in folder.iterdir()) == ["looks-like.db"]
     assert list(inner.iterdir()) == []
 
 
 @pytest.mark.parametrize(("where", "words"), [(".", "not a SQLite database"), ("/", "names a folder"), ("", "empty"),
                                               ("./", "names a folder")])
-def test_a_folder_given_as_the_database_is_refused_however_spelled(where, words, cli, refused, tmp_path):
+def test_a_folder_given_as_the_database_is_refused_however_spelled(where, words, cli_main, refused, tmp_path):
     for args in (("run", "--db", where, "--incident", INC), ("recover", "--db", where), ("status", "--db", where, "--json")):
-        refused(cli(*args), words)
+        refused(cli_main(*args), words)
 
 
 def test_a_fifo_given_as_the_database_is_refused_without_hanging(folder, cli, refused):
@@ -69,28 +69,28 @@ def test_a_fifo_given_as_the_database_is_refused_without_hanging(folder, cli, re
 
 
 @pytest.mark.parametrize(("name", "word"), [(":memory:", ":memory:"), ("file:lab.db?mode=memory", "URI")], ids=["memory", "uri"])
-def test_fault4_an_in_memory_or_uri_database_name_is_refused(name, word, folder, cli, refused, monkeypatch):
+def test_fault4_an_in_memory_or_uri_database_name_is_refused(name, word, folder, cli_main, refused, monkeypatch):
     """Before the fix: exit 0 with a receipt that is stored nowhere, and files appear in the cwd."""
-    monkeypatch.chdir(folder)  # the child inherits it
-    refused(cli("run", "--db", name, "--incident", INC2), word)
+    monkeypatch.chdir(folder)  # the command line resolves the name from there
+    refused(cli_main("run", "--db", name, "--incident", INC2), word)
     assert files(folder) == []
 
 
-def test_fault6_a_database_path_that_is_a_symlink_loop_is_one_line(folder, cli, refused):
+def test_fault6_a_database_path_that_is_a_symlink_loop_is_one_line(folder, cli_main, refused):
     """Before the fix: a traceback (RuntimeError "Symlink loop" from resolving the call log's path)."""
     (folder / "a.db").symlink_to(folder / "b.db")
     (folder / "b.db").symlink_to(folder / "a.db")
     db = folder / "a.db"
     for args in (("run", "--db", db, "--incident", INC2), ("status", "--db", db, "--json"), ("recover", "--db", db)):
-        refused(cli(*args), "loop")
+        refused(cli_main(*args), "loop")
     assert files(folder) == ["a.db", "b.db"]
 
 
-def test_a_symlink_whose_target_name_is_too_long_is_one_line(folder, cli, refused):
+def test_a_symlink_whose_target_name_is_too_long_is_one_line(folder, cli_main, refused):
     odd = folder / "new\nline"
     odd.mkdir()
     (odd / "s.db").symlink_to("t" * 240 + ".db")
-    line = refused(cli("run", "--db", odd / "s.db", "--incident", INC), "too long")
+    line = refused(cli_main("run", "--db", odd / "s.db", "--incident", INC), "too long")
     assert "\n" not in line
 
 
@@ -104,32 +104,32 @@ def test_a_database_reached_through_a_symlink_shares_one_provider_log(lab, cli, 
     assert sorted(p.name for p in lab.folder.glob("*.jsonl")) == ["lab.db.provider-calls.jsonl"]
 
 
-def test_a_hard_linked_database_is_refused(lab, cli, refused):
+def test_a_hard_linked_database_is_refused(lab, cli, cli_main, refused):
     assert cli("run", "--db", lab.db, "--incident", INC, "--crash-at", "after_read").returncode == -signal.SIGKILL
     os.link(lab.db, lab.folder / "second-name.db")
-    refused(cli("recover", "--db", lab.db), "hard links")
+    refused(cli_main("recover", "--db", lab.db), "hard links")
 
 
 @pytest.mark.parametrize("length", [300, 250], ids=["name-too-long", "log-name-too-long"])
-def test_fault7_a_file_name_too_long_is_bad_input_and_creates_nothing(length, folder, cli, refused):
+def test_fault7_a_file_name_too_long_is_bad_input_and_creates_nothing(length, folder, cli_main, refused):
     """300 characters: too long for the database itself; 250: fine for the database, but its
     provider call log's name (``+ .provider-calls.jsonl``) would pass 255 bytes.
 
     Before the fix: exit 1 "File name too long" (and at 250, the database is created first).
     """
     db = folder / ("x" * (length - 3) + ".db")
-    refused(cli("run", "--db", db, "--incident", INC2), "too long")
+    refused(cli_main("run", "--db", db, "--incident", INC2), "too long")
     assert files(folder) == []
 
 
-def test_a_read_only_database_file_is_named(lab, conn, cli, refused):
+def test_a_read_only_database_file_is_named(lab, conn, cli_main, refused):
     lab.coordinator(conn).drive(INC)
     conn.close()
     if os.geteuid() == 0:
         pytest.skip("root ignores file permissions")
     lab.db.chmod(0o444)
     try:
-        outcome = cli("run", "--db", lab.db, "--incident", "INC-1002")
+        outcome = cli_main("run", "--db", lab.db, "--incident", "INC-1002")
         assert outcome.returncode == 1 and "lab.db" in outcome.stderr and "Traceback" not in outcome.stderr
     finally:
         lab.db.chmod(0o644)

@@ -46,12 +46,12 @@ def calls_in(log: Path) -> list[str]:
     return [call.incident for call in CallLog(log).calls()]
 
 
-def test_a_missing_data_folder_is_refused(tmp_path, db, folder, cli, refused):
+def test_a_missing_data_folder_is_refused(tmp_path, db, folder, cli_main, refused):
     empty = tmp_path / "empty-data"
     empty.mkdir()
     env = {"LABKIT_DATA_DIR": str(empty)}
-    refused(cli("incidents", env=env), "empty-data")
-    refused(cli("run", "--db", db, "--incident", INC, env=env), "empty-data")
+    refused(cli_main("incidents", env=env), "empty-data")
+    refused(cli_main("run", "--db", db, "--incident", INC, env=env), "empty-data")
     assert list(folder.iterdir()) == []
 
 
@@ -111,7 +111,7 @@ MALFORMED = {
 
 
 @pytest.mark.parametrize(("make", "words"), MALFORMED.values(), ids=MALFORMED.keys())
-def test_a_malformed_provider_response_changes_nothing(make, words, lab, data_copy, cli, refused, snapshot):
+def test_a_malformed_provider_response_changes_nothing(make, words, lab, data_copy, cli, cli_main, refused, snapshot):
     env = {"LABKIT_DATA_DIR": str(data_copy)}
     # the run exists and is waiting for its read: the crash at before_read reads nothing
     assert cli("run", "--db", lab.db, "--incident", INC, "--crash-at", "before_read", env=env).returncode == KILLED
@@ -120,7 +120,7 @@ def test_a_malformed_provider_response_changes_nothing(make, words, lab, data_co
     before = snapshot(lab.db)
     assert before["provider_log"] is None
 
-    line = refused(cli("run", "--db", lab.db, "--incident", INC, env=env), INC, "rejected", *words)
+    line = refused(cli_main("run", "--db", lab.db, "--incident", INC, env=env), INC, "rejected", *words)
     after = snapshot(lab.db)
     assert after["rows"] == before["rows"], "a rejected response moved the checkpoint"
     assert after["files"] == before["files"] + [labkit.call_log_for(lab.db).name]
@@ -147,33 +147,33 @@ def test_an_instruction_inside_a_snapshot_does_not_steer_the_run(lab, data_copy,
     assert "next_step" not in body and '"step"' not in body
 
 
-def test_recover_refuses_a_malformed_response_the_same_way(lab, data_copy, cli, refused, snapshot):
+def test_recover_refuses_a_malformed_response_the_same_way(lab, data_copy, cli, cli_main, refused, snapshot):
     env = {"LABKIT_DATA_DIR": str(data_copy)}
     assert cli("run", "--db", lab.db, "--incident", INC, "--crash-at", "after_read", env=env).returncode == KILLED
     (data_copy / "incidents" / f"{INC}.json").write_text(_negative_ready(INC), encoding="utf-8")
     snapshot(lab.db)
     before = snapshot(lab.db)
-    refused(cli("recover", "--db", lab.db, env=env), INC, "rejected", "queue.messages_ready")
+    refused(cli_main("recover", "--db", lab.db, env=env), INC, "rejected", "queue.messages_ready")
     assert snapshot(lab.db)["rows"] == before["rows"]
     assert lab.reads(INC) == 2
 
 
-def test_a_snapshot_missing_a_field_is_reported_by_that_field(lab, data_copy, cli, refused, snapshot):
+def test_a_snapshot_missing_a_field_is_reported_by_that_field(lab, data_copy, cli_main, refused, snapshot):
     """A queue snapshot without ``queue.consumers``: the one line should name what is missing,
     not an unrelated field of the raw snapshot."""
     env = {"LABKIT_DATA_DIR": str(data_copy)}
     broken = _snapshot_of(INC)
     del broken["queue"]["consumers"]
     (data_copy / "incidents" / f"{INC}.json").write_text(json.dumps(broken), encoding="utf-8")
-    outcome = cli("run", "--db", lab.db, "--incident", INC, env=env)
+    outcome = cli_main("run", "--db", lab.db, "--incident", INC, env=env)
     refused(outcome, INC, "consumers")
 
 
-def test_a_malformed_response_on_a_new_database_records_no_evidence(lab, data_copy, cli, refused, status):
+def test_a_malformed_response_on_a_new_database_records_no_evidence(lab, data_copy, cli_main, refused, status):
     """The run row is created (the request was accepted: not_inspected), but nothing past it."""
     env = {"LABKIT_DATA_DIR": str(data_copy)}
     (data_copy / "incidents" / f"{INC}.json").write_text("<html>502</html>", encoding="utf-8")
-    refused(cli("run", "--db", lab.db, "--incident", INC, env=env), INC, "not JSON")
+    refused(cli_main("run", "--db", lab.db, "--incident", INC, env=env), INC, "not JSON")
     runs = status(lab.db, env=env)["runs"]
     assert [(r["incident"], r["step"], r["evidence"], r["receipts"]) for r in runs] == [(INC, "not_inspected", False, 0)]
 
@@ -194,24 +194,24 @@ def _edit(data: Path, incident: str, old: str, new: str) -> None:
     ],
     ids=["lone-surrogate", "huge-integer", "impossible-date"],
 )
-def test_provider_data_that_json_accepts_but_labkit_cannot_hold_is_refused(old, new, words, lab, data_copy, cli, refused):
+def test_provider_data_that_json_accepts_but_labkit_cannot_hold_is_refused(old, new, words, lab, data_copy, cli_main, refused):
     _edit(data_copy, INC, old, new)
-    refused(cli("run", "--db", lab.db, "--incident", INC, env={"LABKIT_DATA_DIR": str(data_copy)}), "rejected", *words)
+    refused(cli_main("run", "--db", lab.db, "--incident", INC, env={"LABKIT_DATA_DIR": str(data_copy)}), "rejected", *words)
     [answers] = [labkit.lab.lesson.restart_answers(lab.db, INC)]
     assert (answers.step, answers.evidence) == ("not_inspected", False)
 
 
-def test_fault6_a_snapshot_nested_100000_deep_is_rejected_evidence_and_its_read_is_logged(db, data_copy, cli, refused, query):
+def test_fault6_a_snapshot_nested_100000_deep_is_rejected_evidence_and_its_read_is_logged(db, data_copy, cli_main, refused, query):
     """Before the fix: a RecursionError traceback, and the provider's log has no call for the read."""
     (data_copy / "incidents" / f"{INC2}.json").write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
-    refused(cli("run", "--db", db, "--incident", INC2, env={"LABKIT_DATA_DIR": str(data_copy)}), "rejected")
+    refused(cli_main("run", "--db", db, "--incident", INC2, env={"LABKIT_DATA_DIR": str(data_copy)}), "rejected")
     assert calls_in(labkit.call_log_for(db)).count(INC2) == 1, "the provider served the read: its log must show it"
     if db.exists():
         assert query(db, "SELECT COUNT(*) FROM evidence") == [(0,)]
 
 
 @pytest.mark.parametrize("token", ["NaN", "Infinity"])
-def test_fault8_a_non_json_rate_is_refused_and_nothing_is_recorded(token, db, data_copy, cli, refused, query):
+def test_fault8_a_non_json_rate_is_refused_and_nothing_is_recorded(token, db, data_copy, cli_main, refused, query):
     """Before the fix: exit 0, the rate stored as a non-JSON token in the evidence."""
     path = data_copy / "incidents" / f"{INC2}.json"
     snapshot = json.loads(path.read_text(encoding="utf-8"))
@@ -220,7 +220,7 @@ def test_fault8_a_non_json_rate_is_refused_and_nothing_is_recorded(token, db, da
     assert text.count("987654.321") == 1
     path.write_text(text.replace("987654.321", token), encoding="utf-8")
 
-    refused(cli("run", "--db", db, "--incident", INC2, env={"LABKIT_DATA_DIR": str(data_copy)}), token)
+    refused(cli_main("run", "--db", db, "--incident", INC2, env={"LABKIT_DATA_DIR": str(data_copy)}), token)
 
     assert query(db, "SELECT step FROM runs WHERE incident = ?", (INC2,)) == [("not_inspected",)]
     assert query(db, "SELECT COUNT(*) FROM evidence") == [(0,)]

@@ -95,7 +95,7 @@ def test_fault10_the_database_refuses_a_sideways_or_skipping_update(setup, to, r
         assert labkit.store.snapshot(conn) == before
 
 
-def test_fault10_a_run_at_evidence_recorded_with_a_receipt_is_inconsistent(at_evidence, cli, refused, snapshot):
+def test_fault10_a_run_at_evidence_recorded_with_a_receipt_is_inconsistent(at_evidence, cli_main, refused, snapshot):
     """A receipt inserted by hand beside evidence_recorded: ``run`` refuses like the other two
     contradictory states, and changes nothing.
 
@@ -109,15 +109,15 @@ def test_fault10_a_run_at_evidence_recorded_with_a_receipt_is_inconsistent(at_ev
         )
         raw.commit()
     before = snapshot(at_evidence)
-    refused(cli("run", "--db", at_evidence, "--incident", INC2), INC2, "inconsistent")
+    refused(cli_main("run", "--db", at_evidence, "--incident", INC2), INC2, "inconsistent")
     assert snapshot(at_evidence) == before
 
 
-def test_a_completed_run_without_its_receipt_is_reported_not_crashed_on(lab, conn, cli, refused):
+def test_a_completed_run_without_its_receipt_is_reported_not_crashed_on(lab, conn, cli_main, refused):
     lab.coordinator(conn).drive(INC)
     with transaction(conn):
         conn.execute("DELETE FROM receipts WHERE incident = ?", (INC,))  # someone edited the file by hand
-    refused(cli("run", "--db", lab.db, "--incident", INC), INC, "inconsistent", "no receipt")
+    refused(cli_main("run", "--db", lab.db, "--incident", INC), INC, "inconsistent", "no receipt")
 
 
 @pytest.mark.parametrize(
@@ -130,7 +130,7 @@ def test_a_completed_run_without_its_receipt_is_reported_not_crashed_on(lab, con
     ],
     ids=["evidence-not-json", "evidence-deep", "evidence-edited", "report-not-json"],
 )
-def test_a_row_edited_by_hand_is_named_and_recovery_goes_on(table, column, value, words, lab, conn, cli, refused, snapshot):
+def test_a_row_edited_by_hand_is_named_and_recovery_goes_on(table, column, value, words, lab, conn, cli, cli_main, refused, snapshot):
     coordinator = lab.coordinator(conn)
     coordinator.drive("INC-1001")          # completed: its receipt can be damaged
     coordinator.start("INC-1002")
@@ -142,20 +142,20 @@ def test_a_row_edited_by_hand_is_named_and_recovery_goes_on(table, column, value
     conn.close()
     assert cli("status", "--db", lab.db, "--json").returncode == 0, "status reads steps and counts, never the bodies"
     before = snapshot(lab.db)
-    refused(cli("run", "--db", lab.db, "--incident", target), target, "inconsistent", *words)
+    refused(cli_main("run", "--db", lab.db, "--incident", target), target, "inconsistent", *words)
     assert snapshot(lab.db) == before
     recovered = cli("recover", "--db", lab.db)
     assert "resumed INC-1003 from not_inspected: read the provider" in recovered.stdout, "one damaged run must not stop the others"
 
 
-def test_a_run_of_another_workflow_version_is_refused(lab, cli, refused, snapshot):
+def test_a_run_of_another_workflow_version_is_refused(lab, cli_main, refused, snapshot):
     with closing(lab.connect()) as conn:
         previous = lab.coordinator(conn, workflow_version=1)
         previous.start(INC)
         previous.inspect(INC)  # evidence_recorded under version 1: a tempting run to "finish"
     before = snapshot(lab.db)
     for args in (("run", "--db", lab.db, "--incident", INC), ("recover", "--db", lab.db)):
-        refused(cli(*args), INC, "version 1", "version 2", "migrate --to 2")
+        refused(cli_main(*args), INC, "version 1", "version 2", "migrate --to 2")
         assert snapshot(lab.db) == before, f"{args[0]} changed the database"
     assert lab.reads(INC) == 1
 

@@ -41,7 +41,7 @@ def test_fault7_every_error_is_either_bad_input_or_a_run_failure():
     assert both_or_neither == []
 
 
-def test_an_unreadable_incident_is_provider_unavailable(lab, data_copy, cli, refused, snapshot):
+def test_an_unreadable_incident_is_provider_unavailable(lab, data_copy, cli, cli_main, refused, snapshot):
     env = {"LABKIT_DATA_DIR": str(data_copy)}
     assert cli("run", "--db", lab.db, "--incident", INC, "--crash-at", "before_read", env=env).returncode == KILLED
     target = data_copy / "incidents" / f"{INC}.json"
@@ -49,7 +49,7 @@ def test_an_unreadable_incident_is_provider_unavailable(lab, data_copy, cli, ref
     os.symlink(data_copy / "nowhere.json", target)  # listed by the provider, but cannot be read
     before = snapshot(lab.db)
     # a provider outage is not the caller's mistake: exit 1, so a supervisor knows to retry
-    refused(cli("run", "--db", lab.db, "--incident", INC, env=env), INC, "provider could not read", code=1)
+    refused(cli_main("run", "--db", lab.db, "--incident", INC, env=env), INC, "provider could not read", code=1)
     assert snapshot(lab.db)["rows"] == before["rows"]
     assert [(c.incident, c.outcome) for c in lab.log.calls()] == [(INC, "unavailable")]
     # once the provider is back, the same run completes from where it was
