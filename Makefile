@@ -82,10 +82,10 @@ notebooks: $(STAMP)
 	$(BIN)/python scripts/run_notebooks.py
 
 soak: $(STAMP)
-	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_faults.py -q -k "fault1 or fault11"
-	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_work_pool.py -q -s -n 0 -k soak
-	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_explorer.py -q -s -n 0 -k soak
-	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/test_engines.py -q -s -n 0 -k every_pair
+	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/core/test_concurrency.py -q -k "fault1 or fault11"
+	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/mechanisms/test_work_pool.py -q -s -n 0 -k soak
+	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/lab/test_explorer.py -q -s -n 0 -k soak
+	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/engines/test_engines.py -q -s -n 0 -k every_pair
 
 wheelhouse:
 	bash scripts/wheelhouse.sh $(KINDS)
@@ -103,16 +103,16 @@ html: $(STAMP)
 browser-test: $(BROWSER_STAMP)
 	$(BIN)/python -m pytest tests/browser -n 0 -rs
 
-# The DBOS engine with its system database on PostgreSQL (tests/test_postgres.py). With LABKIT_DBOS_POSTGRES_URL
+# The DBOS engine with its system database on PostgreSQL (tests/engines/test_postgres.py). With LABKIT_DBOS_POSTGRES_URL
 # set, against that server; else scripts/postgres.sh starts one on 127.0.0.1 (installing Debian's package if
 # needed) and the trap stops and deletes it however the tests end, keeping their exit status.
 test-postgres: $(STAMP)
 	@if [ -n "$$LABKIT_DBOS_POSTGRES_URL" ]; then \
-	  $(BIN)/python -m pytest tests/test_postgres.py -n 2 --dist load -rs; \
+	  $(BIN)/python -m pytest tests/engines/test_postgres.py -n 2 --dist load -rs; \
 	else \
 	  url=$$(bash scripts/postgres.sh start) || exit 1; \
 	  trap 'bash scripts/postgres.sh stop' EXIT; trap 'exit 130' INT TERM; \
-	  LABKIT_DBOS_POSTGRES_URL=$$url $(BIN)/python -m pytest tests/test_postgres.py -n 2 --dist load -rs; \
+	  LABKIT_DBOS_POSTGRES_URL=$$url $(BIN)/python -m pytest tests/engines/test_postgres.py -n 2 --dist load -rs; \
 	fi
 
 bench: $(BENCH_STAMP)

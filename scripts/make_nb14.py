@@ -6,7 +6,7 @@
 
 The lesson is kept here as text, so that a review reads its prose and code as a diff, and the
 exercise's solution and shortcuts sit beside the cells that carry them in their metadata
-(tests/test_exercises.py applies both). Cell ids are derived from the cells' positions, so the
+(tests/lab/test_exercises.py applies both). Cell ids are derived from the cells' positions, so the
 same sources give the same file.
 """
 

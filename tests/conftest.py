@@ -4,8 +4,13 @@ Every test gets its own folder under ``tmp_path`` (``work/``) holding the checkp
 database ``lab.db`` and, beside it, the provider's call log. Nothing is shared between
 tests, so they can run in any order.
 
-The command line is always run as a real child process (``python -m labkit ...``), the
-way a user, CI or an outside check drives it; crash points really SIGKILL that child.
+The command line runs as a real child process (``cli``: ``python -m labkit ...``), the way
+a user, CI or an outside check drives it; crash points really SIGKILL that child. A refusal
+that crosses no process boundary (no kill, signal, lock held by another process, stdin, or
+child environment under test) calls the entry point in this process instead (``cli_main``):
+same exit code, stdout and stderr, without starting an interpreter.
+tests/core/test_cli_entry_point.py shows, for a sample of every refusal family, that the
+two print the same.
 
 Time limits, for every test file: a ``timeout=`` of 30 s or more on a child process, a
 barrier, a queue or a thread only bounds how long a broken labkit takes to fail; the work it
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -29,8 +35,10 @@ from pathlib import Path
 import pytest
 
 import labkit
+import labkit.cli
+from labkit.clock import CLOCK_ENV
 from labkit.database import SQLITE_HEADER
-from labkit.lab.processes import child_env
+from labkit.lab.processes import LESSON_INSTANT, ChildOutcome, child_env
 from labkit.provider import CallLog
 from labkit.store import snapshot as table_rows
 
@@ -96,7 +104,7 @@ def conn(lab: Lab):
 # --------------------------------------------------------------------------- the command line
 
 
-def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> labkit.lab.processes.ChildOutcome:
+def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> ChildOutcome:
     """``python -m labkit ARGS`` in a real child process; returncode, stdout, stderr."""
     return labkit.labkit_cli(*(str(a) for a in args), env=env)
 
@@ -104,6 +112,42 @@ def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> labkit.lab.
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture
+def cli_main(capsys, monkeypatch):
+    """``labkit.cli.main(ARGS)`` in this process, answering like ``cli``: exit code, stdout, stderr.
+
+    The environment is the one a ``cli`` child gets (the lesson's clock unless one is set,
+    then ``env``), for the call only. ``labkit.__main__`` is not used: its Ctrl-C handling is
+    about a process of its own (tests/core/test_interrupt.py), and would take this one's SIGINT.
+    """
+
+    def call(*args: str | Path, env: dict[str, str] | None = None) -> ChildOutcome:
+        words = [str(a) for a in args]
+        with monkeypatch.context() as patch:
+            patch.setenv(CLOCK_ENV, os.environ.get(CLOCK_ENV, LESSON_INSTANT))  # as child_env() does
+            for name, value in (env or {}).items():
+                patch.setenv(name, value)
+            capsys.readouterr()  # only what this call prints
+            try:
+                code = labkit.cli.main(words)
+            except SystemExit as stop:  # argparse's errors leave this way, as in the real process
+                code = _exit_status(stop.code)
+            out, err = capsys.readouterr()
+        return ChildOutcome("labkit.cli.main " + " ".join(words), code, out, err)
+
+    return call
+
+
+def _exit_status(code: object) -> int:
+    """What ``sys.exit(code)`` would make the process's exit status (a message is printed: 1)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
 
 
 def run_python(code: str, *args: str | Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

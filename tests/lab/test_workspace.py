@@ -75,10 +75,10 @@ def test_reset_removes_only_scratch_left_by_dead_kernels(tmp_path, scratch):
     assert (stranger / "data.db").exists(), "a folder without labkit's marker is never removed"
 
 
-def test_reset_refuses_an_unknown_lesson(tmp_path, scratch, cli, refused):
+def test_reset_refuses_an_unknown_lesson(tmp_path, scratch, cli_main, refused):
     with pytest.raises(workspace.NotALesson):
         workspace.reset("99", tmp_path / "my-lab")
-    refused(cli("reset", "--lesson", "99"), "no lesson '99'")
+    refused(cli_main("reset", "--lesson", "99"), "no lesson '99'")
 
 
 def test_a_workspace_marks_its_folder_for_reset(scratch):

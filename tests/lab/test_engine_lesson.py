@@ -3,7 +3,7 @@
 The check runs the learner's function as DBOS's record_evidence step in forked children, once
 cleanly and once killed at after_evidence_commit and recovered (the step then runs twice), and
 compares the rows with labkit's own write_evidence_once. Each shortcut a learner might take
-fails with feedback of its own; tests/test_exercises.py applies the same shortcuts through the
+fails with feedback of its own; tests/lab/test_exercises.py applies the same shortcuts through the
 notebook, these tests say which feedback each one gets. The lesson's section 4 shows the claim
 the check relies on, and the last test holds it without the notebook.
 """

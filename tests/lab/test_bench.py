@@ -204,11 +204,11 @@ def test_installed_peers_run_the_same_workflow(tmp_path: Path):
     (("--incidents", "100000"), ("--incidents",)),
     (("--incidents", "1", "--incidents", "2"), ("--incidents", "more than once")),
 ])
-def test_bad_options_are_refused_in_one_line(cli, refused, args, words):
-    refused(cli("bench", *args), *words)
+def test_bad_options_are_refused_in_one_line(cli_main, refused, args, words):
+    refused(cli_main("bench", *args), *words)
 
 
 @pytest.mark.parametrize("where", ["missing", "folder"])
-def test_a_peer_interpreter_that_does_not_exist_is_bad_input(cli, refused, tmp_path: Path, where: str):
+def test_a_peer_interpreter_that_does_not_exist_is_bad_input(cli_main, refused, tmp_path: Path, where: str):
     path = tmp_path / "no-such-python" if where == "missing" else tmp_path
-    refused(cli("bench", "--peers", env={bench.PEER_PYTHON_ENV: str(path)}), bench.PEER_PYTHON_ENV)
+    refused(cli_main("bench", "--peers", env={bench.PEER_PYTHON_ENV: str(path)}), bench.PEER_PYTHON_ENV)

@@ -4,7 +4,7 @@ Each scenario is a real forked process SIGKILLed at a crash point, then the engi
 recovery (``labkit recover``, or ``DBOS.launch()``), then one invariant code for both
 (:func:`labkit.invariants.check_invariants`): the provider's call log, the receipts, the
 ticket service's table, and a further recovery that must change nothing. The PostgreSQL
-variant lives in tests/test_postgres.py (it needs a server).
+variant lives in tests/engines/test_postgres.py (it needs a server).
 """
 
 from __future__ import annotations

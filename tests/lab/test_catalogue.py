@@ -197,14 +197,14 @@ def digest(path: Path) -> str:
 
 
 @pytest.mark.parametrize("name", ["not-json", "not-utf8", "duplicate-key", "nan", "byte-order-mark"])
-def test_the_command_line_refuses_with_one_line(lab, data_copy, cli, refused, status, name):
+def test_the_command_line_refuses_with_one_line(lab, data_copy, cli_main, refused, status, name):
     case = BY_NAME[name]
     assert passed_through(data_copy, case.raw), "only a case the reference provider passes through unchanged"
     env = {"LABKIT_DATA_DIR": str(data_copy)}
     with closing(lab.connect()) as conn:  # the run exists at not_inspected, as in run_case
         lab.coordinator(conn, provider=lab.provider(data_copy)).start(INCIDENT)
     before = digest(lab.db)
-    line = refused(cli("run", "--db", lab.db, "--incident", INCIDENT, env=env), f"rule {case.rule}", repr(case.field))
+    line = refused(cli_main("run", "--db", lab.db, "--incident", INCIDENT, env=env), f"rule {case.rule}", repr(case.field))
     assert INCIDENT in line
     assert digest(lab.db) == before, "the database's bytes are unchanged"
     assert not Path(f"{lab.db}-wal").exists() or Path(f"{lab.db}-wal").stat().st_size == 0

@@ -4,7 +4,7 @@ Where the clock must be in the test's hands, two workers are two connections to 
 SQLite file, sharing a :class:`~labkit.clock.ManualClock` that the test moves: "worker A
 pauses past its lease" is ``clock.advance(TTL + 1)``, the same on every run. The provider is
 the real one, with its own call log. Real processes (the pool, SIGKILL) are in
-``tests/test_work_pool.py``.
+``tests/mechanisms/test_work_pool.py``.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9]*.ipynb"))
+NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9]*.ipynb"))
 #: Lessons 02 on each have at least one exercise, and one that builds (00 and 01 may too).
 MUST_BUILD = {"02_three_states", "03_durable_checkpoint", "04_rollback", "05_crash_and_reread", "06_single_receipt",
               "07_evidence_contract", "08_versioning", "09_external_effects",

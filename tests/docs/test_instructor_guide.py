@@ -35,7 +35,7 @@ import pytest
 from labkit.clock import CLOCK_ENV
 from labkit.lab.processes import child_env
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "instructor-guide.md"
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 FIRST_LESSONS = [path for path in NOTEBOOKS if path.name[:2] <= "06"]

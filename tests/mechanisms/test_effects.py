@@ -276,7 +276,7 @@ def test_without_tickets_recovery_leaves_an_intended_effect_alone(lab, cli, stat
 # =========================================================================== no idempotency: a person decides
 
 
-def test_no_idempotency_and_a_crash_after_sending_stays_uncertain_until_a_person_resolves(lab, cli, status, refused, snapshot,
+def test_no_idempotency_and_a_crash_after_sending_stays_uncertain_until_a_person_resolves(lab, cli, cli_main, status, refused, snapshot,
                                                                                          services):
     service = services(NO_IDEMPOTENCY)
     assert run(cli, lab, service, "--crash-at", "after_send").returncode == KILLED
@@ -297,8 +297,8 @@ def test_no_idempotency_and_a_crash_after_sending_stays_uncertain_until_a_person
     assert held(service) == [ticket] and listed(cli, lab) == [entry]
 
     before = snapshot(lab.db)
-    refused(cli("resolve", "--db", lab.db, "--incident", INC, "--ticket", ticket["ticket"], "--reason", " "), "reason")
-    refused(cli("resolve", "--db", lab.db, "--incident", INC, "--ticket", "", "--reason", "r"), "--ticket is empty")
+    refused(cli_main("resolve", "--db", lab.db, "--incident", INC, "--ticket", ticket["ticket"], "--reason", " "), "reason")
+    refused(cli_main("resolve", "--db", lab.db, "--incident", INC, "--ticket", "", "--reason", "r"), "--ticket is empty")
     assert snapshot(lab.db) == before
     resolved = cli("resolve", "--db", lab.db, "--incident", INC, "--ticket", ticket["ticket"],
                    "--reason", f"GET /tickets shows {ticket['ticket']} for {INC}")
@@ -308,7 +308,7 @@ def test_no_idempotency_and_a_crash_after_sending_stays_uncertain_until_a_person
     assert listed(cli, lab) == []
 
     before = snapshot(lab.db)
-    refused(cli("resolve", "--db", lab.db, "--incident", INC, "--none", "--reason", "changed my mind"), "resolved, not uncertain")
+    refused(cli_main("resolve", "--db", lab.db, "--incident", INC, "--none", "--reason", "changed my mind"), "resolved, not uncertain")
     assert snapshot(lab.db) == before
     assert_recovering_again_changes_nothing(cli, lab, service, snapshot)
     assert held(service) == [ticket]
@@ -337,17 +337,17 @@ def test_resolve_none_records_that_no_ticket_exists(lab, cli, status, refused, s
     table("crash after_send + fail, back as no-idempotency", 0, "uncertain, then resolved --none")
 
 
-def test_resolve_refuses_an_effect_that_is_not_uncertain(lab, cli, refused, snapshot, services):
+def test_resolve_refuses_an_effect_that_is_not_uncertain(lab, cli, cli_main, refused, snapshot, services):
     service = services()
     assert run(cli, lab, service, "--crash-at", "before_send").returncode == KILLED
     snapshot(lab.db)  # the killed run left its -wal and -shm; the first clean close removes them
     before = snapshot(lab.db)
-    refused(cli("resolve", "--db", lab.db, "--incident", INC, "--none", "--reason", "r"), "intended, not uncertain")
+    refused(cli_main("resolve", "--db", lab.db, "--incident", INC, "--none", "--reason", "r"), "intended, not uncertain")
     assert snapshot(lab.db) == before
     assert recover(cli, lab, service).returncode == 0
     before = snapshot(lab.db)
-    refused(cli("resolve", "--db", lab.db, "--incident", INC, "--ticket", "T-0001", "--reason", "r"), "done, not uncertain")
-    refused(cli("resolve", "--db", lab.db, "--incident", "INC-1001", "--none", "--reason", "r"), "INC-1001")
+    refused(cli_main("resolve", "--db", lab.db, "--incident", INC, "--ticket", "T-0001", "--reason", "r"), "done, not uncertain")
+    refused(cli_main("resolve", "--db", lab.db, "--incident", "INC-1001", "--none", "--reason", "r"), "INC-1001")
     assert snapshot(lab.db) == before
 
 
@@ -411,7 +411,7 @@ def test_retry_without_key_opens_two_tickets_and_invariant_8_catches_it(lab, cli
 # =========================================================================== without --tickets
 
 
-def test_without_tickets_no_effect_is_written_and_nothing_changes(lab, cli, status, query, refused, snapshot):
+def test_without_tickets_no_effect_is_written_and_nothing_changes(lab, cli, cli_main, status, query, refused, snapshot):
     for point in ("before_send", "after_send"):  # only a run that opens a ticket reaches them
         assert cli("run", "--db", lab.db, "--incident", INC, "--crash-at", point).returncode == 0
     done = cli("run", "--db", lab.db, "--incident", INC)
@@ -420,7 +420,7 @@ def test_without_tickets_no_effect_is_written_and_nothing_changes(lab, cli, stat
     assert query(lab.db, "SELECT COUNT(*) FROM effects") == [(0,)]
     assert listed(cli, lab) == []
     assert cli("effects", "--db", lab.db).stdout == "no effect is uncertain or waiting to be sent\n"
-    refused(cli("resolve", "--db", lab.db, "--incident", INC, "--none", "--reason", "r"), "no effect", "without --tickets")
+    refused(cli_main("resolve", "--db", lab.db, "--incident", INC, "--none", "--reason", "r"), "no effect", "without --tickets")
     before = snapshot(lab.db)
     again = cli("recover", "--db", lab.db)
     assert again.returncode == 0 and again.stdout == "recovered 0 runs\n", again.stderr
@@ -429,9 +429,11 @@ def test_without_tickets_no_effect_is_written_and_nothing_changes(lab, cli, stat
     assert [(r.number, r.held) for r in results] == [(n, True) for n in range(1, 8)]
 
 
-def test_resolve_names_an_unknown_incident_as_unknown_and_changes_nothing(lab, cli, refused, snapshot):
+def test_resolve_names_an_unknown_incident_as_unknown_and_changes_nothing(lab, cli, cli_main, refused, snapshot):
     assert cli("run", "--db", lab.db, "--incident", INC).returncode == 0
     before = snapshot(lab.db)
-    refused(cli("resolve", "--db", lab.db, "--incident", "INC-0000", "--none", "--reason", "a typo"), "no run for incident", "INC-0000")
-    refused(cli("resolve", "--db", lab.db, "--incident", INC, "--none", "--reason", "no ticket"), INC, "no effect to resolve")
+    refused(
+        cli_main("resolve", "--db", lab.db, "--incident", "INC-0000", "--none", "--reason", "a typo"), "no run for incident", "INC-0000"
+    )
+    refused(cli_main("resolve", "--db", lab.db, "--incident", INC, "--none", "--reason", "no ticket"), INC, "no effect to resolve")
     assert snapshot(lab.db) == before

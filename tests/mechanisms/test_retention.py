@@ -325,15 +325,15 @@ def completed(lab, conn):
 
 
 @pytest.mark.parametrize("days", ["-1", "nan", "", "36501"])
-def test_retain_with_bad_days_exits_2_and_changes_nothing(completed, cli, refused, snapshot, days):
+def test_retain_with_bad_days_exits_2_and_changes_nothing(completed, cli_main, refused, snapshot, days):
     before = snapshot(completed)
-    refused(cli("retain", "--db", completed, "--older-than", days, env=LATER), "--older-than", "number of days")
+    refused(cli_main("retain", "--db", completed, "--older-than", days, env=LATER), "--older-than", "number of days")
     assert snapshot(completed) == before
 
 
-def test_retain_refuses_what_is_not_a_labkit_database_and_touches_nothing(folder, cli, refused, snapshot):
+def test_retain_refuses_what_is_not_a_labkit_database_and_touches_nothing(folder, cli, cli_main, refused, snapshot):
     missing = folder / "nowhere.db"
-    refused(cli("retain", "--db", missing, "--older-than", "1"), "does not exist")
+    refused(cli_main("retain", "--db", missing, "--older-than", "1"), "does not exist")
     assert not missing.exists()
     text = folder / "notes.db"
     text.write_text("incident,kind\n", encoding="utf-8")
@@ -346,11 +346,11 @@ def test_retain_refuses_what_is_not_a_labkit_database_and_touches_nothing(folder
     link = folder / "link.db"
     link.symlink_to(text)
     before = {path.name: (path.read_bytes() if path.is_file() and not path.is_fifo() else None) for path in folder.iterdir()}
-    refused(cli("retain", "--db", text, "--older-than", "1"), "not a SQLite database")
-    refused(cli("retain", "--db", other, "--older-than", "1"), "not a labkit one")
+    refused(cli_main("retain", "--db", text, "--older-than", "1"), "not a SQLite database")
+    refused(cli_main("retain", "--db", other, "--older-than", "1"), "not a labkit one")
     refused(cli("retain", "--db", fifo, "--older-than", "1"), "not a regular file")
-    refused(cli("retain", "--db", link, "--older-than", "1"), "not a SQLite database")
-    refused(cli("retain", "--db", folder, "--older-than", "1"), "folder")
+    refused(cli_main("retain", "--db", link, "--older-than", "1"), "not a SQLite database")
+    refused(cli_main("retain", "--db", folder, "--older-than", "1"), "folder")
     after = {path.name: (path.read_bytes() if path.is_file() and not path.is_fifo() else None) for path in folder.iterdir()}
     assert after == before
 

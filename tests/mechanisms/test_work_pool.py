@@ -179,12 +179,12 @@ def _call_log_is_a_fifo(folder: Path) -> Path:
     (["--workers", "2", "--workers", "3"], ["given more than once"]),
     (["--incident", "INC-1001"], ["--workers"]),
 ])
-def test_bad_input_is_one_line_exit_2_and_changes_nothing(one_run, folder, cli, refused, snapshot, args, words):
+def test_bad_input_is_one_line_exit_2_and_changes_nothing(one_run, folder, cli_main, refused, snapshot, args, words):
     db = folder / "lab.db"
     for made in one_run.iterdir():
         shutil.copyfile(made, folder / made.name)
     before = snapshot(db)
-    line = refused(cli("work", "--db", db, *args), *words)
+    line = refused(cli_main("work", "--db", db, *args), *words)
     assert len(line) < 400
     assert snapshot(db) == before
 
@@ -199,18 +199,18 @@ def test_a_path_that_cannot_hold_a_database_is_refused_untouched(folder, cli, re
     assert sorted((p.name, p.lstat().st_mode, p.lstat().st_size) for p in folder.iterdir()) == before
 
 
-def test_runs_of_another_workflow_version_are_refused_before_anything_is_created(folder, cli, refused, snapshot):
+def test_runs_of_another_workflow_version_are_refused_before_anything_is_created(folder, cli, cli_main, refused, snapshot):
     db = folder / "old.db"
     assert cli("run", "--db", db, "--incident", "INC-1002", "--workflow-version", "1", "--crash-at", "after_read").returncode == KILLED
     snapshot(db)  # its first open tidies away the -wal and -shm files the killed run left
     before = snapshot(db)
-    refused(cli("work", "--db", db, "--workers", "2"), "INC-1002", "workflow version 1")
+    refused(cli_main("work", "--db", db, "--workers", "2"), "INC-1002", "workflow version 1")
     assert snapshot(db) == before, "no run was created for the other incidents"
 
 
-def test_a_bad_setting_in_the_environment_is_refused(folder, cli, refused, snapshot):
+def test_a_bad_setting_in_the_environment_is_refused(folder, cli_main, refused, snapshot):
     db = folder / "env.db"
-    refused(cli("work", "--db", db, "--workers", "1", env={"LABKIT_PROVIDER_DELAY": "nan"}), "LABKIT_PROVIDER_DELAY")
+    refused(cli_main("work", "--db", db, "--workers", "1", env={"LABKIT_PROVIDER_DELAY": "nan"}), "LABKIT_PROVIDER_DELAY")
     assert not db.exists()
 
 

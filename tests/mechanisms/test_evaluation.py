@@ -41,7 +41,7 @@ from labkit.ticket_client import post_ticket
 
 # Not imported from conftest: tests/browser has a conftest of its own, and which one "conftest"
 # names depends on collection order.
-DATA = Path(__file__).resolve().parent.parent / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 INCIDENTS = sorted(path.stem for path in (DATA / "incidents").glob("INC-*.json"))
 TRUTH_CSV = (DATA / "ground_truth.csv").read_text(encoding="utf-8")
 
@@ -463,51 +463,51 @@ def test_the_shipped_ground_truth_loads_every_incident():
 
 
 @pytest.mark.parametrize("case", ["missing", "unknown-kind"])
-def test_the_command_refuses_a_bad_ground_truth_and_changes_nothing(lab, cli, refused, snapshot, data_copy, case):
+def test_the_command_refuses_a_bad_ground_truth_and_changes_nothing(lab, cli_main, refused, snapshot, data_copy, case):
     drive(lab, ["INC-1003"])
     if case == "unknown-kind":
         (data_copy / "ground_truth.csv").write_text(TRUTH_CSV.replace("INC-1003,poison_message", "INC-1003,gremlins"), encoding="utf-8")
     before = snapshot(lab.db)
-    outcome = cli("evaluate", "--db", lab.db, "--json", env={"LABKIT_DATA_DIR": str(data_copy)})
+    outcome = cli_main("evaluate", "--db", lab.db, "--json", env={"LABKIT_DATA_DIR": str(data_copy)})
     refused(outcome, "ground truth", "ground_truth.csv", "does not exist" if case == "missing" else "'gremlins'")
     assert outcome.stdout == "" and snapshot(lab.db) == before
 
 
-def test_a_path_that_is_not_a_labkit_database_is_refused_and_left_as_it_was(folder, cli, refused):
+def test_a_path_that_is_not_a_labkit_database_is_refused_and_left_as_it_was(folder, cli, cli_main, refused):
     missing = folder / "typo.db"
-    refused(cli("evaluate", "--db", missing), "typo.db", "does not exist")
-    refused(cli("evaluate", "--db", folder), "it is a folder")
+    refused(cli_main("evaluate", "--db", missing), "typo.db", "does not exist")
+    refused(cli_main("evaluate", "--db", folder), "it is a folder")
     fifo = folder / "pipe.db"
     os.mkfifo(fifo)
     refused(cli("evaluate", "--db", fifo), "pipe.db", "not a regular file")
     notes = folder / "notes.db"
     notes.write_bytes(b"not a database at all\n")
-    refused(cli("evaluate", "--db", notes), "notes.db", "not a SQLite database")
+    refused(cli_main("evaluate", "--db", notes), "notes.db", "not a SQLite database")
     shop = folder / "shop.db"
     with closing(sqlite3.connect(shop)) as other:
         other.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY)")
         other.commit()
     shop_bytes = shop.read_bytes()
-    refused(cli("evaluate", "--db", shop, "--json"), "shop.db", "not a labkit one")
+    refused(cli_main("evaluate", "--db", shop, "--json"), "shop.db", "not a labkit one")
     assert shop.read_bytes() == shop_bytes and notes.read_bytes() == b"not a database at all\n"
     assert sorted(p.name for p in folder.iterdir()) == ["notes.db", "pipe.db", "shop.db"], "nothing created"
 
 
-def test_a_newer_schema_a_damaged_call_log_and_a_bad_ticket_store_are_refused(lab, cli, refused, snapshot):
+def test_a_newer_schema_a_damaged_call_log_and_a_bad_ticket_store_are_refused(lab, cli_main, refused, snapshot):
     drive(lab, ["INC-1003"])
     before = snapshot(lab.db)
-    refused(cli("evaluate", "--db", lab.db, "--ticket-store", lab.folder / "nowhere.db"), "ticket store", "does not exist")
-    refused(cli("evaluate", "--db", lab.db, "--ticket-store", lab.db), "not a ticket service store")
-    refused(cli("evaluate", "--db", lab.db, "--ticket-store", "a.db", "--ticket-store", "b.db"), "more than once")
+    refused(cli_main("evaluate", "--db", lab.db, "--ticket-store", lab.folder / "nowhere.db"), "ticket store", "does not exist")
+    refused(cli_main("evaluate", "--db", lab.db, "--ticket-store", lab.db), "not a ticket service store")
+    refused(cli_main("evaluate", "--db", lab.db, "--ticket-store", "a.db", "--ticket-store", "b.db"), "more than once")
     assert snapshot(lab.db) == before
 
     log_text = lab.call_log.read_text(encoding="utf-8")
     lab.call_log.write_text(log_text + "{not json}\n", encoding="utf-8")
-    refused(cli("evaluate", "--db", lab.db), "provider call log", "line 2")
+    refused(cli_main("evaluate", "--db", lab.db), "provider call log", "line 2")
     lab.call_log.write_text(log_text, encoding="utf-8")
 
     with closing(lab.connect()) as conn:
         conn.execute(f"PRAGMA user_version = {labkit.SCHEMA_VERSION + 1}")
     content = lab.db.read_bytes()
-    refused(cli("evaluate", "--db", lab.db, "--json"), f"schema version {labkit.SCHEMA_VERSION + 1}")
+    refused(cli_main("evaluate", "--db", lab.db, "--json"), f"schema version {labkit.SCHEMA_VERSION + 1}")
     assert lab.db.read_bytes() == content

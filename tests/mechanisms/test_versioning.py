@@ -32,7 +32,7 @@ def previous_release(lab, conn):
     return old
 
 
-def test_version_2_refuses_a_version_1_run_everywhere(lab, conn, previous_release, cli, refused, snapshot):
+def test_version_2_refuses_a_version_1_run_everywhere(lab, conn, previous_release, cli_main, refused, snapshot):
     current = lab.coordinator(conn)
     for call in (current.start, current.inspect, current.complete, current.drive):
         with pytest.raises(labkit.WorkflowVersionMismatch) as caught:
@@ -41,22 +41,22 @@ def test_version_2_refuses_a_version_1_run_everywhere(lab, conn, previous_releas
     conn.close()
     before = snapshot(lab.db)
     for args in (("run", "--db", lab.db, "--incident", "INC-1002"), ("recover", "--db", lab.db)):
-        refused(cli(*args), "INC-1002" if args[0] == "run" else "INC-10", "workflow version 1", "version 2", "migrate")
+        refused(cli_main(*args), "INC-1002" if args[0] == "run" else "INC-10", "workflow version 1", "version 2", "migrate")
         assert snapshot(lab.db) == before
 
 
-def test_a_paused_run_of_the_old_release_is_refused_after_the_upgrade(lab, cli, refused):
+def test_a_paused_run_of_the_old_release_is_refused_after_the_upgrade(lab, cli, cli_main, refused):
     old = cli("run", "--db", lab.db, "--incident", "INC-1004", "--workflow-version", "1", "--crash-at", "after_evidence_commit")
     assert old.returncode == KILLED
-    refused(cli("run", "--db", lab.db, "--incident", "INC-1004"), "INC-1004", "workflow version 1", "version 2")
+    refused(cli_main("run", "--db", lab.db, "--incident", "INC-1004"), "INC-1004", "workflow version 1", "version 2")
     finished = cli("run", "--db", lab.db, "--incident", "INC-1004", "--workflow-version", "1")
     assert finished.returncode == 0 and labkit.receipts.receipt_id_for("INC-1004", 1) in finished.stdout
 
 
-def test_migrate_refuses_what_it_cannot_map_and_changes_nothing(lab, conn, previous_release, cli, refused, snapshot):
+def test_migrate_refuses_what_it_cannot_map_and_changes_nothing(lab, conn, previous_release, cli, cli_main, refused, snapshot):
     conn.close()
     before = snapshot(lab.db)
-    refused(cli("migrate", "--db", lab.db, "--to", "2", "--reason", "upgrade to labkit 0.2"),
+    refused(cli_main("migrate", "--db", lab.db, "--to", "2", "--reason", "upgrade to labkit 0.2"),
             "INC-1002", "evidence_recorded", "has none", "nothing was migrated")
     assert snapshot(lab.db) == before
     assert json.loads(cli("migrations", "--db", lab.db, "--json").stdout) == {"migrations": []}
@@ -126,16 +126,16 @@ def test_a_migration_killed_half_way_leaves_nothing_half_migrated(lab, conn, pre
     ],
     ids=["to-the-first", "to-an-unknown", "no-reason"],
 )
-def test_migrate_refuses_bad_requests(args, words, lab, conn, previous_release, cli, refused, snapshot):
+def test_migrate_refuses_bad_requests(args, words, lab, conn, previous_release, cli_main, refused, snapshot):
     conn.close()
     before = snapshot(lab.db)
-    refused(cli("migrate", "--db", lab.db, *args), *words)
+    refused(cli_main("migrate", "--db", lab.db, *args), *words)
     assert snapshot(lab.db) == before
 
 
-def test_migrate_and_its_log_refuse_a_path_with_no_database(db, folder, cli, refused):
-    refused(cli("migrate", "--db", db, "--to", "2", "--reason", "x"), "does not exist")
-    refused(cli("migrations", "--db", db), "does not exist")
+def test_migrate_and_its_log_refuse_a_path_with_no_database(db, folder, cli_main, refused):
+    refused(cli_main("migrate", "--db", db, "--to", "2", "--reason", "x"), "does not exist")
+    refused(cli_main("migrations", "--db", db), "does not exist")
     assert list(folder.iterdir()) == []
 
 
@@ -148,8 +148,8 @@ def test_the_previous_release_records_no_assessment_and_the_current_one_does(lab
     assert tuple(inputs) == ("reference-rules", 1, labkit.CONTRACT)
 
 
-def test_an_unsupported_workflow_version_is_refused_before_anything_runs(db, folder, cli, refused):
-    refused(cli("run", "--db", db, "--incident", "INC-1001", "--workflow-version", "7"), "workflow version 7")
+def test_an_unsupported_workflow_version_is_refused_before_anything_runs(db, folder, cli_main, refused):
+    refused(cli_main("run", "--db", db, "--incident", "INC-1001", "--workflow-version", "7"), "workflow version 7")
     assert list(folder.iterdir()) == []
     with closing(labkit.connect(db)) as conn, pytest.raises(labkit.UnsupportedVersion):
         labkit.Coordinator(conn, labkit.ReferenceProvider(labkit.call_log_for(db)), workflow_version=0)
@@ -238,11 +238,11 @@ def test_a_reevaluated_run_at_evidence_recorded_can_be_migrated_and_completes_fr
     ],
     ids=["no-evidence", "no-run", "no-reason", "unknown-revision"],
 )
-def test_reevaluate_refuses_bad_requests(args, words, lab, conn, cli, refused, snapshot):
+def test_reevaluate_refuses_bad_requests(args, words, lab, conn, cli_main, refused, snapshot):
     coordinator = lab.coordinator(conn)
     coordinator.start("INC-1001")
     coordinator.drive("INC-1002")
     conn.close()
     before = snapshot(lab.db)
-    refused(cli("reevaluate", "--db", lab.db, *args), *words)
+    refused(cli_main("reevaluate", "--db", lab.db, *args), *words)
     assert snapshot(lab.db) == before

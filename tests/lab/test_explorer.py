@@ -210,7 +210,7 @@ def test_explore_exits_1_when_a_bug_breaks_an_invariant(cli, tmp_path):
     assert "after_evidence_commit: 5 provider reads = 1 + reads never committed: INC-1003 read 2 times, expected 1" in done.stdout
 
 
-def test_explore_refuses_bad_input_in_one_line_and_makes_nothing(cli, tmp_path):
+def test_explore_refuses_bad_input_in_one_line_and_makes_nothing(cli_main, tmp_path):
     full = tmp_path / "full"
     full.mkdir()
     (full / "keep.txt").write_text("mine")
@@ -232,7 +232,7 @@ def test_explore_refuses_bad_input_in_one_line_and_makes_nothing(cli, tmp_path):
         ("--db-dir", tmp_path / "n", "--bug", "check_then_act_completion"): "race",
     }
     for args, message in cases.items():
-        done = cli("explore", *args)
+        done = cli_main("explore", *args)
         assert done.returncode == 2, (args, done.stdout)
         assert len(done.stderr.splitlines()) == 1 and message in done.stderr, (args, done.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "fifo", "full", "link"]

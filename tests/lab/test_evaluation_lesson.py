@@ -1,6 +1,6 @@
 """13_evaluation's five databases, and Exercise 13.1's check: what each case shows, and each slip's feedback.
 
-``tests/test_exercises.py`` proves that the check passes its solution and fails every shortcut;
+``tests/lab/test_exercises.py`` proves that the check passes its solution and fails every shortcut;
 these prove that it fails each one *for the reason it names*, that an answer cannot write through
 the connection it is given, and that the cases the lesson's ship gate shows hold what its text says.
 """

@@ -90,8 +90,8 @@ def test_status_json_of_a_new_database_has_no_runs(db, status):
 
 
 @pytest.mark.parametrize("command", ["status", "recover"])
-def test_a_command_that_only_reads_or_resumes_refuses_a_path_with_no_database(command, db, folder, cli, refused):
-    refused(cli(command, "--db", db), "lab.db", "does not exist")
+def test_a_command_that_only_reads_or_resumes_refuses_a_path_with_no_database(command, db, folder, cli_main, refused):
+    refused(cli_main(command, "--db", db), "lab.db", "does not exist")
     assert list(folder.iterdir()) == [], "a mistyped path must not become an empty database"
 
 
