@@ -71,7 +71,7 @@ def digest(path: Path) -> str:
 def cli_within(seconds: float, *args, env: dict[str, str] | None = None):
     """``python -m labkit ARGS``, failing the test (not hanging it) if it does not end in time."""
     try:
-        return labkit.labkit_cli(*(str(a) for a in args), env=env, timeout=seconds)
+        return labkit.lab.labkit_cli(*(str(a) for a in args), env=env, timeout=seconds)
     except subprocess.TimeoutExpired:
         pytest.fail(f"python -m labkit {' '.join(map(str, args))} was still running after {seconds}s: it hangs")
 
@@ -117,7 +117,7 @@ def test_fault1_eight_processes_opening_one_new_database_at_once_never_fail(fold
         db = folder / f"new-{round_}.db"
         failures += [f"round {round_}: {error}" for error in open_together(db)]
         with closing(labkit.connect(db)) as conn:
-            assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.SCHEMA_VERSION
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.store.SCHEMA_VERSION
     assert failures == [], f"{len(failures)} of {8 * ROUNDS} opens failed:\n" + "\n".join(failures[:10])
 
 
@@ -135,7 +135,7 @@ def test_fault1_eight_first_runs_on_one_new_database_all_exit_0(folder, status):
     patient = {"LABKIT_BUSY_TIMEOUT_MS": "120000"}
     for round_ in range(CLI_ROUNDS):
         db = folder / f"cli-{round_}.db"
-        outcomes = labkit.race(*[("run", "--db", str(db), "--incident", incident) for incident in incidents], env=patient, timeout=300)
+        outcomes = labkit.lab.race(*[("run", "--db", str(db), "--incident", incident) for incident in incidents], env=patient, timeout=300)
         bad = [f"{o}: {o.stderr.strip()}" for o in outcomes if o.returncode != 0]
         assert bad == [], f"round {round_}: " + "; ".join(bad)
         runs = status(db)["runs"]
@@ -224,7 +224,7 @@ def test_fault3_a_short_write_raises_a_run_failure_and_leaves_no_torn_line(lab, 
     done = python_child(SHORT_WRITE, log)
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[:1] == ["RunFailure"], f"append must raise a labkit.RunFailure, got: {done.stdout.strip()}"
+    assert done.stdout.split()[:1] == ["RunFailure"], f"append must raise a labkit.errors.RunFailure, got: {done.stdout.strip()}"
     assert log.read_bytes() == before, "a torn line was left in the provider's call log"
     CallLog(log).append("INC-1002", "ok", 123)
     assert calls_in(log) == ["INC-1001", "INC-1002"]
@@ -491,19 +491,19 @@ def test_fault7_status_reads_a_database_in_a_read_only_folder(how, cli):
 
 
 def test_fault7_every_error_is_either_bad_input_or_a_run_failure():
-    """The exit code follows from one of two bases: ``except labkit.BadInput`` catches exactly
-    what exits 2, ``except labkit.RunFailure`` exactly what exits 1.
+    """The exit code follows from one of two bases: ``except labkit.errors.BadInput`` catches exactly
+    what exits 2, ``except labkit.errors.RunFailure`` exactly what exits 1.
 
-    Before the fix: AttributeError, there is no labkit.BadInput.
+    Before the fix: AttributeError, there is no labkit.errors.BadInput.
     """
-    assert issubclass(labkit.BadInput, labkit.LabError) and issubclass(labkit.RunFailure, labkit.LabError)
+    assert issubclass(labkit.errors.BadInput, labkit.errors.LabError) and issubclass(labkit.errors.RunFailure, labkit.errors.LabError)
     errors = [
         value for value in vars(labkit.errors).values()
-        if isinstance(value, type) and issubclass(value, labkit.LabError)
-        and value not in (labkit.LabError, labkit.BadInput, labkit.RunFailure)
+        if isinstance(value, type) and issubclass(value, labkit.errors.LabError)
+        and value not in (labkit.errors.LabError, labkit.errors.BadInput, labkit.errors.RunFailure)
     ]
     assert errors
-    both_or_neither = [e.__name__ for e in errors if issubclass(e, labkit.BadInput) == issubclass(e, labkit.RunFailure)]
+    both_or_neither = [e.__name__ for e in errors if issubclass(e, labkit.errors.BadInput) == issubclass(e, labkit.errors.RunFailure)]
     assert both_or_neither == []
 
 
@@ -537,7 +537,7 @@ def valid_response(tmp_path) -> dict:
 def test_fault8_an_observed_at_ending_in_a_newline_is_rejected(valid_response):
     """Before the fix: accepted (``$`` in a Python regex matches before a final newline)."""
     valid_response["observed_at"] = "2026-03-02T09:00:00Z\n"
-    with pytest.raises(labkit.EvidenceRejected) as caught:
+    with pytest.raises(labkit.errors.EvidenceRejected) as caught:
         labkit.check_evidence(json.dumps(valid_response), INC)
     assert caught.value.field == "observed_at"
 
@@ -549,7 +549,7 @@ def test_fault8_an_incident_ending_in_a_newline_is_rejected(asked, valid_respons
     Before the fix: the asked-with-newline case is accepted; asked-plain already passed.
     """
     valid_response["incident"] = INC + "\n"
-    with pytest.raises(labkit.EvidenceRejected) as caught:
+    with pytest.raises(labkit.errors.EvidenceRejected) as caught:
         labkit.check_evidence(json.dumps(valid_response), asked)
     assert caught.value.field == "incident"
 
@@ -612,13 +612,13 @@ def _try_advance(db: Path, to: str, *, in_transaction: bool = True) -> None:
 def test_fault10_a_sideways_move_is_refused_by_the_code(at_evidence):
     """evidence_recorded -> evidence_recorded. Before the fix: accepted and committed (the rows
     changed: version bumped, a transition row added)."""
-    with pytest.raises(labkit.StepOrderError):
+    with pytest.raises(labkit.errors.StepOrderError):
         _try_advance(at_evidence, "evidence_recorded")
 
 
 def test_fault10_a_skipped_step_is_refused_by_the_code(at_start):
     """not_inspected -> report_completed. Before the fix: accepted and committed (the rows changed)."""
-    with pytest.raises(labkit.StepOrderError):
+    with pytest.raises(labkit.errors.StepOrderError):
         _try_advance(at_start, "report_completed")
 
 
@@ -658,8 +658,8 @@ def test_fault10_a_run_at_evidence_recorded_with_a_receipt_is_inconsistent(at_ev
 
 
 def test_fault10_a_write_helper_outside_a_transaction_raises_and_writes_nothing(at_evidence):
-    """Before the fix: AttributeError (no labkit.NotInTransaction); the helper commits on its own."""
-    with pytest.raises(labkit.NotInTransaction):
+    """Before the fix: AttributeError (no labkit.errors.NotInTransaction); the helper commits on its own."""
+    with pytest.raises(labkit.errors.NotInTransaction):
         _try_advance(at_evidence, "report_completed", in_transaction=False)
 
 
@@ -707,9 +707,9 @@ def assert_one_completer(outcomes) -> None:
 def completion_race(db: Path, *extra: str, racers: int = 6):
     """Kill a run right after its evidence commit, then race ``racers`` runs to complete it,
     each paused inside its completion transaction until the gate lets them on."""
-    assert labkit.labkit_cli("run", "--db", str(db), "--incident", INC, "--crash-at", "after_evidence_commit").returncode == KILLED
+    assert labkit.lab.labkit_cli("run", "--db", str(db), "--incident", INC, "--crash-at", "after_evidence_commit").returncode == KILLED
     command = ("run", "--db", str(db), "--incident", INC, *extra)
-    return labkit.race(*[command] * racers, gate=db, pause_at="before_receipt_write", timeout=60)
+    return labkit.lab.race(*[command] * racers, gate=db, pause_at="before_receipt_write", timeout=60)
 
 
 def test_fault11_racing_completions_give_one_completer_and_one_receipt(folder, status):

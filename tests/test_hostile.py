@@ -167,7 +167,7 @@ def test_recover_reports_each_run_a_lock_holds_back_and_goes_on(lab, conn, cli):
     coordinator = lab.coordinator(conn)
     for incident in ("INC-1001", "INC-1002"):
         coordinator.start(incident)
-    with labkit.write_lock(conn):
+    with labkit.database.write_lock(conn):
         started = time.monotonic()
         outcome = cli("recover", "--db", lab.db, env={"LABKIT_BUSY_TIMEOUT_MS": "200"})
     assert outcome.returncode == 1

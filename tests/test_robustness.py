@@ -48,7 +48,7 @@ def test_concurrent_recovery_workers_complete_each_run_once_and_say_so(lab, cli,
     incidents = labkit.list_incidents()[:7]
     for incident in incidents:
         assert cli("run", "--db", lab.db, "--incident", incident, "--crash-at", "after_evidence_commit").returncode == KILLED
-    outcomes = labkit.race(*[("recover", "--db", lab.db)] * 3)
+    outcomes = labkit.lab.race(*[("recover", "--db", lab.db)] * 3)
     assert [o.returncode for o in outcomes] == [0, 0, 0], [o.stderr for o in outcomes]
     claimed = [line.split()[1] for o in outcomes for line in o.stdout.splitlines() if "completed from committed evidence" in line]
     assert sorted(claimed) == incidents, "each run must be reported as completed by exactly one worker"
@@ -141,11 +141,11 @@ def test_the_two_commit_draft_leaves_rows_that_contradict_and_the_coordinator_re
 
     coordinator = lab.coordinator(conn)
     coordinator.start(INC)
-    with pytest.raises(labkit.InjectedFailure):
+    with pytest.raises(labkit.errors.InjectedFailure):
         two_commit_inspect(conn, lab.provider(), INC, lab.clock, fail_between=True)
     [run] = labkit.status_of(lab.db)["runs"]
     assert (run["step"], run["evidence"]) == ("not_inspected", True)
-    with pytest.raises(labkit.InconsistentRun, match="not_inspected but already has evidence"):
+    with pytest.raises(labkit.errors.InconsistentRun, match="not_inspected but already has evidence"):
         coordinator.drive(INC)
     assert lab.reads(INC) == 1, "the coordinator refused before asking the provider again"
 
