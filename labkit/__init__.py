@@ -1,87 +1,44 @@
 """labkit: a teaching kit for durable, restart-safe incident workflows on SQLite.
 
-The modules mirror the architecture in the lab's design:
+Three layers, imports one way (tests/test_layout.py reads them to make sure):
 
-- :mod:`labkit.coordinator`: the versioned state machine (``Coordinator``)
-- :mod:`labkit.provider`: the read adapter and the provider's own call log
-- :mod:`labkit.contract`: the evidence contract (JSON Schema) checked before any checkpoint
-- :mod:`labkit.store`: the SQLite checkpoint store: its schema, ``connect``, ``connect_readonly``
-- :mod:`labkit.database`: the one way to open a SQLite file and run a transaction
-- :mod:`labkit.receipts`: the receipt table, at most one receipt per run
-- :mod:`labkit.recovery`: the recovery worker (``recover``)
-- :mod:`labkit.crashpoints`: named places where a run can be killed
-- :mod:`labkit.invariants`: the invariants checked after crash and recovery (seven, and the effect
-  and lease ones where those flows ran)
-- :mod:`labkit.status`: what ``status --json`` reports, reads counted from the provider's log
-- :mod:`labkit.leases`: leases with fencing tokens, and the fenced commit (``FENCE``)
-- :mod:`labkit.worker`: the leased flow (``LeasedWorker``)
-- :mod:`labkit.pool`: the ``work`` pool of worker processes
-- :mod:`labkit.redaction`: sensitive values replaced before anything is stored, and the record of it
-- :mod:`labkit.evidence`: the evidence record: bounded, redacted, the raw diagnostic kept apart by reference
-- :mod:`labkit.retention`: the retention policy for raw diagnostics, ``retain``
-- :mod:`labkit.lab.capacity`: the capacity model, a simulated year, writers contending (loaded on first use)
+- **the core**, the lab's source design: the coordinator (a versioned state machine), the read
+  adapter and its evidence contract, the SQLite checkpoint store, the receipt table, the
+  recovery worker, crash points, invariants and ``status``. Its public names are below, as
+  ``labkit.NAME``; labkit/README.md lists its modules in reading order.
+- **the mechanisms** of lessons 08-13, each reached through its module: ``labkit.versioning``,
+  ``labkit.effects`` (``Tickets``), ``labkit.ticket_client``, ``labkit.leases``,
+  ``labkit.worker``, ``labkit.pool``, ``labkit.retention``, ``labkit.evaluation``.
+- **labkit.lab**: what exists only to teach or measure (a lesson's workspace, child processes
+  to kill, the crash explorer, the exercises, the ticket service, the benchmark), and
+  ``labkit.engines``: the same workflow on other engines.
 
-- :mod:`labkit.assessments`: what was concluded from evidence, with its decision inputs
-- :mod:`labkit.versioning`: the explicit, logged migration between workflow versions; re-evaluation
-- :mod:`labkit.effects`: the effect ledger, and ``Tickets(url)``, the effect a completion owes (09)
-- :mod:`labkit.evaluation`: the task scorecard and the recovery scorecard, kept from reading each other's data
-- :mod:`labkit.jsontext`: canonical JSON out, strict JSON in
-- :mod:`labkit.errors`: every error, as bad input (exit 2) or a run-time failure (exit 1)
-
-and, for lessons: :mod:`labkit.lab.naive` (deliberately broken variants that 04 and 06 take apart),
-:mod:`labkit.lab.processes` (child processes), :mod:`labkit.lab.workspace`
-(a lesson's own temporary database), :mod:`labkit.lab.display` (pandas tables).
+Every error is a :class:`labkit.errors.LabError`: ``labkit.errors.BadInput`` (exit 2) or
+``labkit.errors.RunFailure`` (exit 1).
 """
+
 
 import importlib
 
 __version__ = "0.1.0"
 
-# Every public name, by the module that defines it. Nothing is imported until a name is first
+# The core's public names, by the module that defines it. Nothing is imported until a name is first
 # used (PEP 562): ``python -m labkit`` then imports only what its command needs, and a Ctrl-C
 # during those imports lands inside the entry point's handler (labkit/__main__.py), not in a
 # traceback from this file.
 _PUBLIC: dict[str, tuple[str, ...]] = {
-    "assessments": ("Assessment",),
+    "steps": ("Step",),
     "clock": ("ManualClock", "SystemClock", "TickingClock"),
-    "contract": ("CONTRACT", "MAX_RESPONSE_BYTES", "check_evidence"),
-    "coordinator": ("SUPPORTED_VERSIONS", "WORKFLOW_VERSION", "Coordinator", "DriveResult"),
-    "crashpoints": (
-        "BETWEEN_READ_AND_COMMIT", "CRASH_POINTS", "EFFECT_POINTS", "LEASE_POINTS", "RUN_POINTS", "CrashPlan", "CrashPoint",
-    ),
-    "database": ("read_transaction", "transaction", "write_lock"),
-    "errors": (
-        "BadClock", "BadDatabasePath", "BadInput", "BadSetting", "CorruptCallLog", "DatabaseDamaged",
-        "DatabaseFolderMissing", "DatabaseMissing", "DatabaseUnavailable", "DataFolderMissing", "EvidenceRejected",
-        "InconsistentRun", "InjectedFailure", "LabError", "NotADatabase", "NotALabDatabase", "NotARegularFile",
-        "NotInTransaction", "ProviderUnavailable", "ReceiptConflict", "RuleViolation", "RunFailure",
-        "SchemaVersionMismatch", "StaleTransition", "StepOrderError", "UnknownBug", "UnknownCrashPoint",
-        "UnknownIncident", "UnknownRun", "UnsupportedVersion", "WorkflowVersionMismatch",
-    ),
-    "evaluation": ("Evaluation", "RecoveryScore", "TaskScore", "evaluate", "recovery_from_scenarios"),
-    "lab.explorer": ("Exploration", "explore", "random_kills"),
-    "invariants": ("check_invariants",),
-    "leases": (
-        "FENCE", "BadLeaseSeconds", "Lease", "LeaseEnded", "LeaseExpired", "LeaseHeld", "NotLeaseHolder",
-        "RunCompleted", "StaleLease", "claim", "lease_log", "release", "renew",
-    ),
-    "lab.processes": ("PausedRun", "labkit_cli", "race", "run_in_child"),
-    "provider": (
-        "CallLog", "ReadAdapter", "Reading", "ReferenceProvider", "RulesInputMissing", "UnknownRulesRevision",
-        "assess", "call_log_for", "diagnose", "list_incidents", "read_with_diagnostic",
-    ),
+    "coordinator": ("WORKFLOW_VERSION", "Coordinator", "DriveResult"),
+    "provider": ("CallLog", "ReadAdapter", "Reading", "ReferenceProvider", "call_log_for", "list_incidents"),
+    "contract": ("CONTRACT", "check_evidence"),
+    "store": ("Evidence", "Run", "connect", "connect_readonly"),
+    "database": ("read_transaction", "transaction"),
     "receipts": ("Receipt",),
     "recovery": ("Resumed", "recover"),
-    "redaction": ("Redacted", "Redaction", "redact"),
-    "retention": ("Diagnostic", "RetentionReport", "diagnostic_of", "retain"),
+    "crashpoints": ("BETWEEN_READ_AND_COMMIT", "CRASH_POINTS", "RUN_POINTS", "CrashPlan", "CrashPoint"),
+    "invariants": ("check_invariants",),
     "status": ("status_of",),
-    "steps": ("Step",),
-    "store": ("SCHEMA_VERSION", "Evidence", "Run", "connect", "connect_readonly"),
-    "versioning": (
-        "Migration", "MigrationRefused", "migrate", "migration_log", "reevaluate",
-    ),
-    "worker": ("LeasedWorker",),
-    "lab.workspace": ("Workspace",),
 }
 _MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}
 

@@ -11,7 +11,7 @@ Two other modes serve lessons and tests: ``raise`` raises
 :class:`~labkit.errors.InjectedFailure`, an ordinary exception that the transaction around
 the point rolls back (04_rollback); ``pause`` prints ``paused at POINT`` and waits for a
 line on standard input, so a race can be held at its most dangerous moment
-(:func:`labkit.race`, 06_single_receipt).
+(:func:`labkit.lab.race`, 06_single_receipt).
 
 Run a crashing workflow in a child process (:mod:`labkit.lab.processes`) so the notebook's
 kernel survives to look at the database. Taught in 05_crash_and_reread and 12_crash_explorer.
@@ -112,7 +112,7 @@ class CrashPlan:
         """Called by the coordinator as it passes ``point``; stops here if armed here.
 
         ``conn`` lets a paused process say whether it holds the write lock: a race
-        (:func:`labkit.race`) releases such a process at once, since nobody else can
+        (:func:`labkit.lab.race`) releases such a process at once, since nobody else can
         reach the point while it waits.
         """
         if point is not self.point:

@@ -361,7 +361,7 @@ def transaction(conn: sqlite3.Connection) -> AbstractContextManager[sqlite3.Conn
 def write_lock(conn: sqlite3.Connection) -> AbstractContextManager[sqlite3.Connection]:
     """Hold the database's write lock and write nothing; everyone else's writes wait.
 
-    For lessons and tests that need other processes to queue (:func:`labkit.race`).
+    For lessons and tests that need other processes to queue (:func:`labkit.lab.race`).
     """
     return _atomic(conn, BEGIN_WRITE, commit=False)
 

@@ -6,7 +6,7 @@ telemetry and keep it for as long as the run's proof. :func:`retain` removes the
 diagnostics of finished runs that are older than a number of days, and keeps the run, its
 checkpoints, its evidence row (summary, digest, reference) and its receipt, so a restarted
 worker still answers the three questions (:func:`labkit.lab.lesson.restart_answers`) and a
-re-evaluation still has the summary it reads (:func:`labkit.reevaluate`).
+re-evaluation still has the summary it reads (:func:`labkit.versioning.reevaluate`).
 :func:`diagnostic_txn` tells a removed diagnostic from one that is missing.
 
 Keeping them in the same database costs this: removing rows frees pages inside the file

@@ -55,14 +55,14 @@ def main(argv: list[str]) -> int:
         print(f"in process: {len(incidents)} incidents end to end in {per_batch * 1000:.0f} ms "
               f"({per_batch / len(incidents) * 1000:.1f} ms per incident, synchronous=FULL)")
 
-        child = median_seconds(lambda: labkit.run_in_child(fresh_db(), incidents[0]), repeat)
+        child = median_seconds(lambda: labkit.lab.run_in_child(fresh_db(), incidents[0]), repeat)
         print(f"child process: one `python -m labkit run` in {child * 1000:.0f} ms")
 
         for point in labkit.RUN_POINTS:  # the effect and lease points need a ticket service or `work`
             def round_trip(point: str = point) -> None:
                 db = fresh_db()
-                crashed = labkit.run_in_child(db, incidents[0], crash_at=point)
-                recovered = labkit.labkit_cli("recover", "--db", db)
+                crashed = labkit.lab.run_in_child(db, incidents[0], crash_at=point)
+                recovered = labkit.lab.labkit_cli("recover", "--db", db)
                 assert crashed.killed_by == "SIGKILL" and recovered.returncode == 0, (crashed, recovered)
 
             print(f"crash round trip at {point:<25} {median_seconds(round_trip, repeat) * 1000:6.0f} ms")

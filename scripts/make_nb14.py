@@ -291,7 +291,7 @@ a ticket service in a forked child, each in a folder of its own:
 code('''
 sides = {}
 for name in ("labkit", "dbos"):
-    folder = labkit.Workspace.create(f"14-{name}").folder  # this cell can run again
+    folder = labkit.lab.Workspace.create(f"14-{name}").folder  # this cell can run again
     with explorer.ticket_service(folder / "tickets.db") as url:
         end = explorer.in_child(lambda: engines.engine(name).drive(folder, NO_CRASH, url))
     print(f"{name}: INC-1003 in a child process, {end}")
@@ -324,7 +324,7 @@ window*: the points where a kill loses a read the provider already answered. Abo
 ''')
 
 code('''
-found = {name: labkit.explore(labkit.Workspace.create(f"14-explore-{name}").folder / "scenarios", pairs=False, engine=name)
+found = {name: labkit.lab.explore(labkit.lab.Workspace.create(f"14-explore-{name}").folder / "scenarios", pairs=False, engine=name)
          for name in ("labkit", "dbos")}
 runs = {name: [r for r in exploration.results if r.scenario.flow == "run"] for name, exploration in found.items()}
 window = {name: engines.engine(name).read_window for name in runs}
@@ -359,7 +359,7 @@ commit, and recover it in a fresh process:
 
 code('''
 kill = CrashPlan(CrashPoint("after_evidence_commit"))
-again = labkit.Workspace.create("14-at-least-once").folder  # this cell can run again
+again = labkit.lab.Workspace.create("14-at-least-once").folder  # this cell can run again
 end, _ = in_dbos(again, lambda app: app.run(INCIDENT), crash=kill)
 print(f"run, killed at after_evidence_commit: {end}", *dbos_record(again), sep="\\n  ")
 end, resumed = in_dbos(again, lambda app: app.recover())
@@ -381,7 +381,7 @@ def write_evidence_always(coordinator, incident, reading):  # the naive step: wr
     return run.step.value
 
 
-naive = labkit.Workspace.create("14-naive-step").folder  # this cell can run again
+naive = labkit.lab.Workspace.create("14-naive-step").folder  # this cell can run again
 end, _ = in_dbos(naive, lambda app: app.run(INCIDENT), crash=kill, write_evidence=write_evidence_always)
 print(f"run, killed at after_evidence_commit: {end}")
 end, _ = in_dbos(naive, lambda app: app.recover(), write_evidence=write_evidence_always)
@@ -452,7 +452,7 @@ a process of `incidents-2`, then one of `incidents-1` again:
 ''')
 
 code('''
-versions = labkit.Workspace.create("14-versions").folder  # this cell can run again
+versions = labkit.lab.Workspace.create("14-versions").folder  # this cell can run again
 end, _ = in_dbos(versions, lambda app: app.run(INCIDENT), crash=CrashPlan(CrashPoint("after_read")))
 print(f"incidents-1, killed at after_read: {end}", *dbos_record(versions), sep="\\n  ")
 for version in ("incidents-2", "incidents-1"):
@@ -465,12 +465,12 @@ labkit, for comparison: a run started by workflow version 1, driven by version 2
 ''')
 
 code('''
-old = labkit.Workspace.create("14-labkit-version")  # this cell can run again
+old = labkit.lab.Workspace.create("14-labkit-version")  # this cell can run again
 with closing(old.connect()) as conn:
     old.coordinator(conn, workflow_version=1).start(INCIDENT)
     try:
         old.coordinator(conn).drive(INCIDENT)
-    except labkit.WorkflowVersionMismatch as refusal:
+    except labkit.errors.WorkflowVersionMismatch as refusal:
         print(f"{type(refusal).__name__}: {refusal}")
 ''')
 
@@ -491,12 +491,13 @@ of section 2, with its ticket store, and each engine's nine crash scenarios of s
 ''')
 
 code('''
-cards = {f"{name}, clean run": labkit.evaluate(folder / "lab.db", ticket_store=folder / "tickets.db") for name, folder in sides.items()}
+cards = {f"{name}, clean run": labkit.evaluation.evaluate(folder / "lab.db", ticket_store=folder / "tickets.db")
+         for name, folder in sides.items()}
 rows = [{"scored": name, "task": f"{card.task.correct} of {card.task.scored} right", **card.recovery.as_json()}
         for name, card in cards.items()]
 for name, exploration in found.items():
     scenarios = [row for row in exploration.as_json()["scenarios"] if row["flow"] == "run"]
-    rows.append({"scored": f"{name}, 9 crash scenarios", "task": "-", **labkit.recovery_from_scenarios(scenarios).as_json()})
+    rows.append({"scored": f"{name}, 9 crash scenarios", "task": "-", **labkit.evaluation.recovery_from_scenarios(scenarios).as_json()})
 # "-": not measured (the explorer's rows do not carry an effect's state, and the card does not guess)
 shown = [{key: "-" if value is None else value for key, value in row.items()} for row in rows]
 pd.DataFrame(shown).set_index("scored").drop(columns="unfinished")

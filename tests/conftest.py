@@ -57,7 +57,7 @@ def _no_inherited_lab_settings(monkeypatch):
 # --------------------------------------------------------------------------- the lab
 
 
-class Lab(labkit.Workspace):
+class Lab(labkit.lab.Workspace):
     """One test's durable world: a lesson Workspace in the test's own folder, plus two shorthands."""
 
     @property
@@ -106,7 +106,7 @@ def conn(lab: Lab):
 
 def run_cli(*args: str | Path, env: dict[str, str] | None = None) -> ChildOutcome:
     """``python -m labkit ARGS`` in a real child process; returncode, stdout, stderr."""
-    return labkit.labkit_cli(*(str(a) for a in args), env=env)
+    return labkit.lab.labkit_cli(*(str(a) for a in args), env=env)
 
 
 @pytest.fixture
@@ -219,7 +219,7 @@ def take_snapshot(db: Path) -> dict:
             try:
                 with closing(labkit.connect(db)) as conn:
                     state["rows"] = table_rows(conn)
-            except labkit.LabError:
+            except labkit.errors.LabError:
                 state["bytes"] = hashlib.sha256(content).hexdigest()
         else:
             state["bytes"] = hashlib.sha256(content).hexdigest()

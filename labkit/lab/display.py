@@ -174,7 +174,7 @@ def _worker(name: str) -> str:
 
 
 def lease_events_frame(db: str | Path, incident: str | None = None) -> pd.DataFrame:
-    """:func:`labkit.lease_log` as a table: every claim, renewal, commit, refusal and release, in commit order.
+    """:func:`labkit.leases.lease_log` as a table: every claim, renewal, commit, refusal and release, in commit order.
 
     ``state_version`` is the run's when claimed or renewed, the new one when committed, and
     the one the worker expected when refused. ``at`` drops the date (a lesson's runs share one day).

@@ -1,7 +1,7 @@
 """What every lesson notebook shares: its setup, the restart refrain, and friendly cell-order errors.
 
 A lesson's first code cell is ``ws = labkit.lab.lesson.start("04")``: a fresh workspace of its
-own (:class:`labkit.Workspace`), and, inside Jupyter, an error handler so that a cell run
+own (:class:`labkit.lab.Workspace`), and, inside Jupyter, an error handler so that a cell run
 before the cell it depends on says in one line what to run, instead of a traceback.
 
 The refrain of the lab, the three questions a restarted worker must answer without

@@ -60,7 +60,7 @@ def _symlinked_call_log(here: Path) -> None:
 
 
 def _bad_call_log_line(here: Path) -> None:
-    lab = labkit.Workspace(here, here / "lab.db", labkit.TickingClock())
+    lab = labkit.lab.Workspace(here, here / "lab.db", labkit.TickingClock())
     with closing(lab.connect()) as conn:
         lab.coordinator(conn).drive(INC)
     with open(labkit.call_log_for(here / "lab.db"), "ab") as log:
@@ -84,7 +84,7 @@ def _unreadable_answer(here: Path) -> None:
 
 
 def _run_of_workflow_version_1(here: Path) -> None:
-    lab = labkit.Workspace(here, here / "lab.db", labkit.TickingClock())
+    lab = labkit.lab.Workspace(here, here / "lab.db", labkit.TickingClock())
     with closing(lab.connect()) as conn:
         lab.coordinator(conn, workflow_version=1).start(INC)
 

@@ -2,7 +2,7 @@
 
 What belongs here: races between real processes (openers of a new database, first runs,
 completions of one run, recovery workers), a lock held by another connection, and readers
-beside a writer. Every racer is a real child process; ``labkit.race`` starts them together.
+beside a writer. Every racer is a real child process; ``labkit.lab.race`` starts them together.
 
 Fast by default. The soak variant runs the races many more times::
 
@@ -71,7 +71,7 @@ def test_fault1_eight_processes_opening_one_new_database_at_once_never_fail(fold
         db = folder / f"new-{round_}.db"
         failures += [f"round {round_}: {error}" for error in open_together(db)]
         with closing(labkit.connect(db)) as conn:
-            assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.SCHEMA_VERSION
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.store.SCHEMA_VERSION
     assert failures == [], f"{len(failures)} of {8 * ROUNDS} opens failed:\n" + "\n".join(failures[:10])
 
 
@@ -89,7 +89,7 @@ def test_fault1_eight_first_runs_on_one_new_database_all_exit_0(folder, status):
     patient = {"LABKIT_BUSY_TIMEOUT_MS": "120000"}
     for round_ in range(CLI_ROUNDS):
         db = folder / f"cli-{round_}.db"
-        outcomes = labkit.race(*[("run", "--db", str(db), "--incident", incident) for incident in incidents], env=patient, timeout=300)
+        outcomes = labkit.lab.race(*[("run", "--db", str(db), "--incident", incident) for incident in incidents], env=patient, timeout=300)
         bad = [f"{o}: {o.stderr.strip()}" for o in outcomes if o.returncode != 0]
         assert bad == [], f"round {round_}: " + "; ".join(bad)
         runs = status(db)["runs"]
@@ -113,9 +113,9 @@ def assert_one_completer(outcomes) -> None:
 def completion_race(db: Path, *extra: str, racers: int = 6):
     """Kill a run right after its evidence commit, then race ``racers`` runs to complete it,
     each paused inside its completion transaction until the gate lets them on."""
-    assert labkit.labkit_cli("run", "--db", str(db), "--incident", INC2, "--crash-at", "after_evidence_commit").returncode == KILLED
+    assert labkit.lab.labkit_cli("run", "--db", str(db), "--incident", INC2, "--crash-at", "after_evidence_commit").returncode == KILLED
     command = ("run", "--db", str(db), "--incident", INC2, *extra)
-    return labkit.race(*[command] * racers, gate=db, pause_at="before_receipt_write", timeout=60)
+    return labkit.lab.race(*[command] * racers, gate=db, pause_at="before_receipt_write", timeout=60)
 
 
 def test_fault11_racing_completions_give_one_completer_and_one_receipt(folder, status):
@@ -155,7 +155,7 @@ def test_concurrent_recovery_workers_complete_each_run_once_and_say_so(lab, cli,
     incidents = labkit.list_incidents()[:7]
     for incident in incidents:
         assert cli("run", "--db", lab.db, "--incident", incident, "--crash-at", "after_evidence_commit").returncode == KILLED
-    outcomes = labkit.race(*[("recover", "--db", lab.db)] * 3)
+    outcomes = labkit.lab.race(*[("recover", "--db", lab.db)] * 3)
     assert [o.returncode for o in outcomes] == [0, 0, 0], [o.stderr for o in outcomes]
     claimed = [line.split()[1] for o in outcomes for line in o.stdout.splitlines() if "completed from committed evidence" in line]
     assert sorted(claimed) == incidents, "each run must be reported as completed by exactly one worker"
@@ -168,7 +168,7 @@ def test_recover_reports_each_run_a_lock_holds_back_and_goes_on(lab, conn, cli):
     coordinator = lab.coordinator(conn)
     for incident in ("INC-1001", "INC-1002"):
         coordinator.start(incident)
-    with labkit.write_lock(conn):
+    with labkit.database.write_lock(conn):
         started = time.monotonic()
         outcome = cli("recover", "--db", lab.db, env={"LABKIT_BUSY_TIMEOUT_MS": "200"})
     assert outcome.returncode == 1

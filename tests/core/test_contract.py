@@ -27,8 +27,8 @@ def encode(body) -> bytes:
     return json.dumps(body).encode("utf-8")
 
 
-def rejected(raw, incident: str = INC) -> labkit.EvidenceRejected:
-    with pytest.raises(labkit.EvidenceRejected) as caught:
+def rejected(raw, incident: str = INC) -> labkit.errors.EvidenceRejected:
+    with pytest.raises(labkit.errors.EvidenceRejected) as caught:
         check_evidence(raw, incident)
     assert caught.value.incident == incident
     assert caught.value.field in str(caught.value)

@@ -66,10 +66,10 @@ class DownProvider:
     """The provider is wholly unreachable: listing and reading both fail."""
 
     def incidents(self) -> list[str]:
-        raise labkit.ProviderUnavailable("*", "connection refused")
+        raise labkit.errors.ProviderUnavailable("*", "connection refused")
 
     def read(self, incident: str) -> bytes:
-        raise labkit.ProviderUnavailable(incident, "connection refused")
+        raise labkit.errors.ProviderUnavailable(incident, "connection refused")
 
 
 # =========================================================================== G1
@@ -123,7 +123,7 @@ def test_g2_injected_failure_while_inspecting_changes_nothing(lab, conn, point):
     lab.coordinator(conn).start(INC)
     before = table_rows(conn)
     failing = lab.coordinator(conn, crash=labkit.CrashPlan(point, mode="raise"))
-    with pytest.raises(labkit.InjectedFailure) as caught:
+    with pytest.raises(labkit.errors.InjectedFailure) as caught:
         failing.inspect(INC)
     assert caught.value.point == point
     assert not conn.in_transaction
@@ -143,7 +143,7 @@ def test_g2_injected_failure_before_completion_commit_changes_nothing(lab, conn)
     coordinator.inspect(INC)
     before = table_rows(conn)
     failing = lab.coordinator(conn, crash=labkit.CrashPlan("before_completion_commit", mode="raise"))
-    with pytest.raises(labkit.InjectedFailure):
+    with pytest.raises(labkit.errors.InjectedFailure):
         failing.complete(INC)
     with closing(lab.connect()) as fresh:
         after = table_rows(fresh)
@@ -160,7 +160,7 @@ def test_g2_a_failure_after_the_commit_does_not_undo_it(lab, conn, point, step):
     """The contrast: a failure past COMMIT cannot roll back what is already durable."""
     coordinator = lab.coordinator(conn, crash=labkit.CrashPlan(point, mode="raise"))
     coordinator.start(INC)
-    with pytest.raises(labkit.InjectedFailure):
+    with pytest.raises(labkit.errors.InjectedFailure):
         coordinator.drive(INC)
     with closing(lab.connect()) as fresh:
         assert find_run_txn(fresh, INC).step is step
@@ -185,7 +185,7 @@ def test_g2_contract_rejection_changes_nothing(lab, conn, tmp_path, make, field)
     lab.coordinator(conn).start(INC)
     before = table_rows(conn)
     scripted = ScriptedProvider(lab.call_log, response=response)
-    with pytest.raises(labkit.EvidenceRejected) as caught:
+    with pytest.raises(labkit.errors.EvidenceRejected) as caught:
         lab.coordinator(conn, provider=scripted).inspect(INC)
     assert caught.value.field == field
     with closing(lab.connect()) as fresh:
@@ -196,8 +196,8 @@ def test_g2_contract_rejection_changes_nothing(lab, conn, tmp_path, make, field)
 def test_g2_provider_unavailable_changes_nothing(lab, conn):
     lab.coordinator(conn).start(INC)
     before = table_rows(conn)
-    scripted = ScriptedProvider(lab.call_log, error=labkit.ProviderUnavailable(INC, "timed out"))
-    with pytest.raises(labkit.ProviderUnavailable):
+    scripted = ScriptedProvider(lab.call_log, error=labkit.errors.ProviderUnavailable(INC, "timed out"))
+    with pytest.raises(labkit.errors.ProviderUnavailable):
         lab.coordinator(conn, provider=scripted).drive(INC)
     with closing(lab.connect()) as fresh:
         assert table_rows(fresh) == before
@@ -255,7 +255,7 @@ def test_g3_a_receipt_for_other_evidence_is_a_conflict(lab, conn):
     stored = find_receipt_txn(conn, INC)
     before = table_rows(conn)
     other = dict(stored.report, evidence_digest="f" * 64)
-    with pytest.raises(labkit.ReceiptConflict):
+    with pytest.raises(labkit.errors.ReceiptConflict):
         with transaction(conn):
             issue_receipt_txn(conn, INC, labkit.WORKFLOW_VERSION, other, lab.clock)
     with transaction(conn):
@@ -266,7 +266,7 @@ def test_g3_a_receipt_for_other_evidence_is_a_conflict(lab, conn):
 def test_g3_a_race_of_run_processes_leaves_one_receipt(lab, cli, status, query):
     crashed = cli("run", "--db", lab.db, "--incident", INC, "--crash-at", "after_evidence_commit")
     assert crashed.returncode == KILLED
-    outcomes = labkit.race(*[("run", "--db", str(lab.db), "--incident", INC)] * 8, gate=lab.db)
+    outcomes = labkit.lab.race(*[("run", "--db", str(lab.db), "--incident", INC)] * 8, gate=lab.db)
     assert [o.returncode for o in outcomes] == [0] * 8, [o.stderr for o in outcomes]
     # the gate makes it a real race: every worker saw the run unfinished before any could finish it
     assert [o.stdout.splitlines()[0] for o in outcomes] == [f"{INC}: recorded step is evidence_recorded"] * 8
@@ -288,7 +288,7 @@ def test_g3_a_race_of_run_and_recover_on_a_fresh_database(lab, status, query):
     lab.db.touch()
     run = ("run", "--db", str(lab.db), "--incident", INC)
     recover = ("recover", "--db", str(lab.db))
-    outcomes = labkit.race(run, recover, run, recover, run, run)
+    outcomes = labkit.lab.race(run, recover, run, recover, run, run)
     assert [o.returncode for o in outcomes] == [0] * 6, [o.stderr for o in outcomes]
     printed = {word for o in outcomes for word in o.stdout.split() if word.startswith("rcpt-")}
     assert len(printed) == 1
@@ -382,7 +382,7 @@ def test_recovery_refuses_another_workflow_version_before_touching_anything(lab,
     lab.coordinator(conn, workflow_version=1).start("INC-1002")         # version 1, unfinished
     conn.close()
     before = snapshot(lab.db)
-    with pytest.raises(labkit.WorkflowVersionMismatch) as caught:
+    with pytest.raises(labkit.errors.WorkflowVersionMismatch) as caught:
         labkit.recover(lab.db, lab.provider(), clock=lab.clock)
     assert (caught.value.incident, caught.value.found, caught.value.expected) == ("INC-1002", 1, 2)
     assert snapshot(lab.db) == before

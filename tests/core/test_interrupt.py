@@ -183,7 +183,7 @@ def test_ctrl_c_at_a_random_moment_of_a_run_ends_it_in_one_line_or_lets_it_finis
         assert (code, stderr) in ((0, []), (130, INTERRUPTED)), (delay, code, stderr)
         state = run_state(db)
         assert state in ((None, 0, 0), ("not_inspected", 0, 0), ("evidence_recorded", 1, 0), ("report_completed", 1, 1))
-        again = labkit.labkit_cli("run", "--db", db, "--incident", INC)
+        again = labkit.lab.labkit_cli("run", "--db", db, "--incident", INC)
         assert again.returncode == 0, again.stderr
         assert run_state(db) == ("report_completed", 1, 1)
 

@@ -55,7 +55,7 @@ def test_the_file_is_forgotten_once_every_connection_is_closed(tmp_path):
     # With nothing open, the first bytes are read again, and another file is refused untouched.
     try:
         labkit.connect(db)
-    except labkit.NotADatabase:
+    except labkit.errors.NotADatabase:
         pass
     else:
         raise AssertionError("a text file was opened as a database")

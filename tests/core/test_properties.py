@@ -2,7 +2,7 @@
 
 (a) Random mutations of a valid answer (fields dropped, added, retyped, renumbered, number
     literals a double cannot hold, bytes inserted or overwritten, random bytes, random JSON)
-    either pass :func:`labkit.check_evidence` or raise :class:`labkit.EvidenceRejected`,
+    either pass :func:`labkit.check_evidence` or raise :class:`labkit.errors.EvidenceRejected`,
     never any other exception; an accepted answer survives the canonical spelling it is
     stored in. Through the coordinator (:func:`labkit.lab.catalogue.run_case`, a CannedProvider
     answering the mutation), either the evidence is stored and the step moved by one, or
@@ -186,7 +186,7 @@ answers = st.one_of(
 )
 
 
-def refusal_is_well_formed(error: labkit.EvidenceRejected) -> None:
+def refusal_is_well_formed(error: labkit.errors.EvidenceRejected) -> None:
     assert error.rule in RULES or error.rule.startswith("schema:"), error.rule
     assert isinstance(error.field, str) and error.field
     assert "\n" not in str(error) and f"rule {error.rule}" in str(error)
@@ -208,7 +208,7 @@ def test_a_renumbered_answer_is_accepted_or_refused_nothing_else(raw):
 def accepted_or_refused(raw: bytes) -> None:
     try:
         body = labkit.check_evidence(raw, INCIDENT)
-    except labkit.EvidenceRejected as error:
+    except labkit.errors.EvidenceRejected as error:
         refusal_is_well_formed(error)
         event(f"refused: {error.rule}")
         return
@@ -302,7 +302,7 @@ class Workflow(RuleBasedStateMachine):
     @rule(incident=st.sampled_from(INCIDENTS))
     def inspect(self, incident):
         if incident not in self.steps:
-            with pytest.raises(labkit.UnknownRun):
+            with pytest.raises(labkit.errors.UnknownRun):
                 self.coordinator().inspect(incident)
             return
         self.coordinator().inspect(incident)
@@ -313,10 +313,10 @@ class Workflow(RuleBasedStateMachine):
     def inspect_refused_answer(self, incident, case):
         canned = self.coordinator(CannedProvider(self.log.path, {incident: case.raw}))
         if incident not in self.steps:
-            with pytest.raises(labkit.UnknownRun):
+            with pytest.raises(labkit.errors.UnknownRun):
                 canned.inspect(incident)
         elif self.steps[incident] is Step.NOT_INSPECTED:
-            with pytest.raises(labkit.EvidenceRejected) as caught:
+            with pytest.raises(labkit.errors.EvidenceRejected) as caught:
                 canned.inspect(incident)
             assert (caught.value.rule, caught.value.field) == (case.rule, case.field)
             self.lost[incident] += 1  # read, refused, never committed: it will be read again
@@ -326,10 +326,10 @@ class Workflow(RuleBasedStateMachine):
     @rule(incident=st.sampled_from(INCIDENTS))
     def complete(self, incident):
         if incident not in self.steps:
-            with pytest.raises(labkit.UnknownRun):
+            with pytest.raises(labkit.errors.UnknownRun):
                 self.coordinator().complete(incident)
         elif self.steps[incident] is Step.NOT_INSPECTED:
-            with pytest.raises(labkit.StepOrderError):
+            with pytest.raises(labkit.errors.StepOrderError):
                 self.coordinator().complete(incident)
         else:
             self.coordinator().complete(incident)
@@ -340,7 +340,7 @@ class Workflow(RuleBasedStateMachine):
         step, lost, raises = simulate(self.steps.get(incident), point)
         try:
             self.coordinator(point=point).drive(incident)
-        except labkit.InjectedFailure as failure:
+        except labkit.errors.InjectedFailure as failure:
             assert raises and failure.point == point.value
         else:
             assert not raises
@@ -355,7 +355,7 @@ class Workflow(RuleBasedStateMachine):
         assert {r.incident for r in resumed} == unfinished
         for result in resumed:
             step, lost, raises = simulate(self.steps[result.incident], point)
-            assert isinstance(result.error, labkit.InjectedFailure) if raises else result.error is None, result
+            assert isinstance(result.error, labkit.errors.InjectedFailure) if raises else result.error is None, result
             self.steps[result.incident] = step
             self.lost[result.incident] += lost
 

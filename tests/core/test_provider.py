@@ -38,7 +38,7 @@ def test_the_log_is_kept_across_provider_instances(lab):
 
 
 def test_an_unknown_incident_is_refused_and_not_logged(lab, provider):
-    with pytest.raises(labkit.UnknownIncident) as caught:
+    with pytest.raises(labkit.errors.UnknownIncident) as caught:
         provider.read("INC-0000")
     assert caught.value.incident == "INC-0000"
     assert not lab.call_log.exists()
@@ -48,7 +48,7 @@ def test_an_unreadable_incident_is_logged_as_unavailable(lab, data_copy):
     target = data_copy / "incidents" / f"{INC}.json"
     target.unlink()
     os.symlink(data_copy / "gone.json", target)
-    with pytest.raises(labkit.ProviderUnavailable) as caught:
+    with pytest.raises(labkit.errors.ProviderUnavailable) as caught:
         lab.provider(data_copy).read(INC)
     assert caught.value.incident == INC
     assert [(c.incident, c.outcome, c.response_bytes) for c in lab.log.calls()] == [(INC, "unavailable", 0)]
@@ -68,14 +68,14 @@ def test_the_data_dir_can_be_moved_by_environment(monkeypatch, data_copy):
 
 
 def test_a_missing_data_folder_is_named(tmp_path):
-    with pytest.raises(labkit.DataFolderMissing) as caught:
+    with pytest.raises(labkit.errors.DataFolderMissing) as caught:
         list_incidents(tmp_path / "nothing-here")
     assert "nothing-here" in str(caught.value)
 
 
 def test_start_refuses_an_unknown_incident_and_writes_nothing(lab, conn):
     before = labkit.store.snapshot(conn)
-    with pytest.raises(labkit.UnknownIncident):
+    with pytest.raises(labkit.errors.UnknownIncident):
         lab.coordinator(conn).start("INC-4242")
     assert labkit.store.snapshot(conn) == before
 
@@ -84,14 +84,14 @@ def test_complete_before_inspect_is_a_step_order_error(lab, conn):
     coordinator = lab.coordinator(conn)
     coordinator.start(INC)
     before = labkit.store.snapshot(conn)
-    with pytest.raises(labkit.StepOrderError) as caught:
+    with pytest.raises(labkit.errors.StepOrderError) as caught:
         coordinator.complete(INC)
     assert (caught.value.incident, caught.value.step, caught.value.wanted) == (INC, "not_inspected", "complete")
     assert labkit.store.snapshot(conn) == before
 
 
 def test_inspect_of_a_run_that_was_never_started_is_refused(lab, conn):
-    with pytest.raises(labkit.UnknownRun):
+    with pytest.raises(labkit.errors.UnknownRun):
         lab.coordinator(conn).inspect(INC)
     assert not lab.call_log.exists(), "no read for a run that does not exist"
 
@@ -109,7 +109,7 @@ def test_the_reference_provider_says_who_decides(lab):
 def test_an_unknown_rules_revision_is_refused_before_any_read(lab, revision):
     with pytest.raises(UnknownRulesRevision) as caught:
         labkit.ReferenceProvider(lab.call_log, rules_revision=revision)
-    assert isinstance(caught.value, labkit.BadInput) and "1, 2" in str(caught.value)
+    assert isinstance(caught.value, labkit.errors.BadInput) and "1, 2" in str(caught.value)
     assert not lab.call_log.exists()
 
 
@@ -153,6 +153,6 @@ def test_a_snapshot_the_rules_cannot_read_is_answered_without_a_diagnosis(lab, d
     path.write_text(json.dumps(snapshot), encoding="utf-8")
     raw = labkit.ReferenceProvider(lab.call_log, data_copy, rules_revision=2).read(INC)
     assert "diagnosis" not in json.loads(raw)
-    with pytest.raises(labkit.EvidenceRejected) as caught:
+    with pytest.raises(labkit.errors.EvidenceRejected) as caught:
         labkit.check_evidence(raw, INC)
     assert (caught.value.field, caught.value.rule) == ("nodes", "schema:type")

@@ -32,7 +32,7 @@ def files(folder: Path) -> list[str]:
 def cli_within(seconds: float, *args, env: dict[str, str] | None = None):
     """``python -m labkit ARGS``, failing the test (not hanging it) if it does not end in time."""
     try:
-        return labkit.labkit_cli(*(str(a) for a in args), env=env, timeout=seconds)
+        return labkit.lab.labkit_cli(*(str(a) for a in args), env=env, timeout=seconds)
     except subprocess.TimeoutExpired:
         pytest.fail(f"python -m labkit {' '.join(map(str, args))} was still running after {seconds}s: it hangs")
 
@@ -139,7 +139,7 @@ def test_fault3_a_short_write_raises_a_run_failure_and_leaves_no_torn_line(lab, 
     done = python_child(SHORT_WRITE, log)
 
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split()[:1] == ["RunFailure"], f"append must raise a labkit.RunFailure, got: {done.stdout.strip()}"
+    assert done.stdout.split()[:1] == ["RunFailure"], f"append must raise a labkit.errors.RunFailure, got: {done.stdout.strip()}"
     assert log.read_bytes() == before, "a torn line was left in the provider's call log"
     CallLog(log).append("INC-1002", "ok", 123)
     assert calls_in(log) == ["INC-1001", "INC-1002"]

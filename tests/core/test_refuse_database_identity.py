@@ -122,7 +122,7 @@ def test_a_database_with_a_newer_schema_is_refused(lab, cli_main, refused):
         conn.execute("PRAGMA user_version = 99")
     content = lab.db.read_bytes()
     for args in (("run", "--db", lab.db, "--incident", INC), ("recover", "--db", lab.db), ("status", "--db", lab.db, "--json")):
-        refused(cli_main(*args), "schema version 99", f"({labkit.SCHEMA_VERSION})")
+        refused(cli_main(*args), "schema version 99", f"({labkit.store.SCHEMA_VERSION})")
         assert lab.db.read_bytes() == content
         assert sorted(p.name for p in lab.folder.iterdir()) == ["lab.db"]
 

@@ -37,7 +37,7 @@ def files(folder: Path) -> list[str]:
 def cli_within(seconds: float, *args, env: dict[str, str] | None = None):
     """``python -m labkit ARGS``, failing the test (not hanging it) if it does not end in time."""
     try:
-        return labkit.labkit_cli(*(str(a) for a in args), env=env, timeout=seconds)
+        return labkit.lab.labkit_cli(*(str(a) for a in args), env=env, timeout=seconds)
     except subprocess.TimeoutExpired:
         pytest.fail(f"python -m labkit {' '.join(map(str, args))} was still running after {seconds}s: it hangs")
 
@@ -237,7 +237,7 @@ def valid_response(tmp_path) -> dict:
 def test_fault8_an_observed_at_ending_in_a_newline_is_rejected(valid_response):
     """Before the fix: accepted (``$`` in a Python regex matches before a final newline)."""
     valid_response["observed_at"] = "2026-03-02T09:00:00Z\n"
-    with pytest.raises(labkit.EvidenceRejected) as caught:
+    with pytest.raises(labkit.errors.EvidenceRejected) as caught:
         labkit.check_evidence(json.dumps(valid_response), INC2)
     assert caught.value.field == "observed_at"
 
@@ -249,6 +249,6 @@ def test_fault8_an_incident_ending_in_a_newline_is_rejected(asked, valid_respons
     Before the fix: the asked-with-newline case is accepted; asked-plain already passed.
     """
     valid_response["incident"] = INC2 + "\n"
-    with pytest.raises(labkit.EvidenceRejected) as caught:
+    with pytest.raises(labkit.errors.EvidenceRejected) as caught:
         labkit.check_evidence(json.dumps(valid_response), asked)
     assert caught.value.field == "incident"

@@ -68,13 +68,13 @@ def _try_advance(db: Path, to: str, *, in_transaction: bool = True) -> None:
 def test_fault10_a_sideways_move_is_refused_by_the_code(at_evidence):
     """evidence_recorded -> evidence_recorded. Before the fix: accepted and committed (the rows
     changed: version bumped, a transition row added)."""
-    with pytest.raises(labkit.StepOrderError):
+    with pytest.raises(labkit.errors.StepOrderError):
         _try_advance(at_evidence, "evidence_recorded")
 
 
 def test_fault10_a_skipped_step_is_refused_by_the_code(at_start):
     """not_inspected -> report_completed. Before the fix: accepted and committed (the rows changed)."""
-    with pytest.raises(labkit.StepOrderError):
+    with pytest.raises(labkit.errors.StepOrderError):
         _try_advance(at_start, "report_completed")
 
 
@@ -161,8 +161,8 @@ def test_a_run_of_another_workflow_version_is_refused(lab, cli_main, refused, sn
 
 
 def test_fault10_a_write_helper_outside_a_transaction_raises_and_writes_nothing(at_evidence):
-    """Before the fix: AttributeError (no labkit.NotInTransaction); the helper commits on its own."""
-    with pytest.raises(labkit.NotInTransaction):
+    """Before the fix: AttributeError (no labkit.errors.NotInTransaction); the helper commits on its own."""
+    with pytest.raises(labkit.errors.NotInTransaction):
         _try_advance(at_evidence, "report_completed", in_transaction=False)
 
 
@@ -198,11 +198,11 @@ def test_the_two_commit_draft_leaves_rows_that_contradict_and_the_coordinator_re
 
     coordinator = lab.coordinator(conn)
     coordinator.start(INC)
-    with pytest.raises(labkit.InjectedFailure):
+    with pytest.raises(labkit.errors.InjectedFailure):
         two_commit_inspect(conn, lab.provider(), INC, lab.clock, fail_between=True)
     [run] = labkit.status_of(lab.db)["runs"]
     assert (run["step"], run["evidence"]) == ("not_inspected", True)
-    with pytest.raises(labkit.InconsistentRun, match="not_inspected but already has evidence"):
+    with pytest.raises(labkit.errors.InconsistentRun, match="not_inspected but already has evidence"):
         coordinator.drive(INC)
     assert lab.reads(INC) == 1, "the coordinator refused before asking the provider again"
 

@@ -25,19 +25,19 @@ INC = "INC-1001"
 
 
 def test_fault7_every_error_is_either_bad_input_or_a_run_failure():
-    """The exit code follows from one of two bases: ``except labkit.BadInput`` catches exactly
-    what exits 2, ``except labkit.RunFailure`` exactly what exits 1.
+    """The exit code follows from one of two bases: ``except labkit.errors.BadInput`` catches exactly
+    what exits 2, ``except labkit.errors.RunFailure`` exactly what exits 1.
 
-    Before the fix: AttributeError, there is no labkit.BadInput.
+    Before the fix: AttributeError, there is no labkit.errors.BadInput.
     """
-    assert issubclass(labkit.BadInput, labkit.LabError) and issubclass(labkit.RunFailure, labkit.LabError)
+    assert issubclass(labkit.errors.BadInput, labkit.errors.LabError) and issubclass(labkit.errors.RunFailure, labkit.errors.LabError)
     errors = [
         value for value in vars(labkit.errors).values()
-        if isinstance(value, type) and issubclass(value, labkit.LabError)
-        and value not in (labkit.LabError, labkit.BadInput, labkit.RunFailure)
+        if isinstance(value, type) and issubclass(value, labkit.errors.LabError)
+        and value not in (labkit.errors.LabError, labkit.errors.BadInput, labkit.errors.RunFailure)
     ]
     assert errors
-    both_or_neither = [e.__name__ for e in errors if issubclass(e, labkit.BadInput) == issubclass(e, labkit.RunFailure)]
+    both_or_neither = [e.__name__ for e in errors if issubclass(e, labkit.errors.BadInput) == issubclass(e, labkit.errors.RunFailure)]
     assert both_or_neither == []
 
 

@@ -29,7 +29,7 @@ def test_connection_uses_the_lab_settings(conn):
     assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     assert conn.execute("PRAGMA busy_timeout").fetchone()[0] == BUSY_TIMEOUT_MS > 0
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.SCHEMA_VERSION >= 1
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.store.SCHEMA_VERSION >= 1
 
 
 def test_settings_hold_on_every_reopen(lab):
@@ -38,7 +38,7 @@ def test_settings_hold_on_every_reopen(lab):
             assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
             assert conn.execute("PRAGMA synchronous").fetchone()[0] == 2
             assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
-            assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.SCHEMA_VERSION
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.store.SCHEMA_VERSION
 
 
 def test_new_database_has_the_lab_tables(conn):
@@ -55,9 +55,9 @@ def test_newer_schema_is_refused_and_the_file_left_alone(lab):
     with closing(lab.connect()) as conn:
         conn.execute("PRAGMA user_version = 99")
     before = _digest(lab.db)
-    with pytest.raises(labkit.SchemaVersionMismatch) as caught:
+    with pytest.raises(labkit.errors.SchemaVersionMismatch) as caught:
         labkit.connect(lab.db)
-    assert (caught.value.found, caught.value.expected) == (99, labkit.SCHEMA_VERSION)
+    assert (caught.value.found, caught.value.expected) == (99, labkit.store.SCHEMA_VERSION)
     assert "99" in str(caught.value)
     assert _digest(lab.db) == before
     assert sorted(p.name for p in lab.folder.iterdir()) == ["lab.db"]
@@ -71,7 +71,7 @@ def test_newer_schema_in_a_rollback_journal_file_is_left_alone(lab):
         conn.execute("PRAGMA user_version = 99")
         conn.commit()
     before = _digest(lab.db)
-    with pytest.raises(labkit.SchemaVersionMismatch):
+    with pytest.raises(labkit.errors.SchemaVersionMismatch):
         labkit.connect(lab.db)
     assert _digest(lab.db) == before
     assert sorted(p.name for p in lab.folder.iterdir()) == ["lab.db"]
@@ -80,7 +80,7 @@ def test_newer_schema_in_a_rollback_journal_file_is_left_alone(lab):
 def test_a_file_that_is_not_a_database_is_refused_byte_for_byte(lab):
     lab.db.write_text("incident,kind\nINC-1001,consumer_outage\n", encoding="utf-8")
     before = _digest(lab.db)
-    with pytest.raises(labkit.NotADatabase):
+    with pytest.raises(labkit.errors.NotADatabase):
         labkit.connect(lab.db)
     assert _digest(lab.db) == before
     assert sorted(p.name for p in lab.folder.iterdir()) == ["lab.db"]
@@ -88,13 +88,13 @@ def test_a_file_that_is_not_a_database_is_refused_byte_for_byte(lab):
 
 def test_a_missing_folder_is_refused_and_not_created(tmp_path):
     target = tmp_path / "nowhere" / "lab.db"
-    with pytest.raises(labkit.DatabaseFolderMissing):
+    with pytest.raises(labkit.errors.DatabaseFolderMissing):
         labkit.connect(target)
     assert not (tmp_path / "nowhere").exists()
 
 
 def test_a_folder_is_not_a_database(folder):
-    with pytest.raises(labkit.NotADatabase):
+    with pytest.raises(labkit.errors.NotADatabase):
         labkit.connect(folder)
 
 
@@ -123,7 +123,7 @@ def test_compare_and_set_refuses_a_stale_transition(lab, conn):
         with transaction(other):
             advance_txn(other, find_run_txn(other, INC), Step.EVIDENCE_RECORDED, lab.clock)
     before = labkit.store.snapshot(conn)
-    with pytest.raises(labkit.StaleTransition) as caught:
+    with pytest.raises(labkit.errors.StaleTransition) as caught:
         with transaction(conn):
             advance_txn(conn, stale, Step.EVIDENCE_RECORDED, lab.clock)
     assert (caught.value.incident, caught.value.expected_step, caught.value.expected_version) == (INC, "not_inspected", 0)
@@ -137,7 +137,7 @@ def test_compare_and_set_checks_the_version_not_only_the_step(lab, conn):
     run = lab.coordinator(conn).start(INC)
     with transaction(conn):
         conn.execute("UPDATE runs SET version = version + 1 WHERE incident = ?", (INC,))
-    with pytest.raises(labkit.StaleTransition):
+    with pytest.raises(labkit.errors.StaleTransition):
         with transaction(conn):
             advance_txn(conn, run, Step.EVIDENCE_RECORDED, lab.clock)
     assert find_run_txn(conn, INC).step is Step.NOT_INSPECTED
@@ -203,7 +203,7 @@ def test_no_migration_was_edited():
     assert found[: len(MIGRATION_DIGESTS)] == MIGRATION_DIGESTS
 
 
-@pytest.mark.parametrize("version", range(1, labkit.SCHEMA_VERSION))
+@pytest.mark.parametrize("version", range(1, labkit.store.SCHEMA_VERSION))
 def test_a_database_of_every_older_schema_version_is_accepted_and_migrated(folder, version):
     from labkit.schema import MIGRATIONS
 
@@ -213,6 +213,6 @@ def test_a_database_of_every_older_schema_version_is_accepted_and_migrated(folde
             old.execute(statement)
         old.execute(f"PRAGMA user_version = {version}")
     with closing(labkit.connect(db)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.SCHEMA_VERSION
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.store.SCHEMA_VERSION
         stored = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall()
-    assert [tuple(row) for row in stored] == labkit.store.expected_schema(labkit.SCHEMA_VERSION)
+    assert [tuple(row) for row in stored] == labkit.store.expected_schema(labkit.store.SCHEMA_VERSION)

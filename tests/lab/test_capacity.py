@@ -164,7 +164,7 @@ def test_simulate_refuses_to_overwrite_and_bad_figures(tmp_path):
         with pytest.raises(capacity.BadWorkload):
             simulate(tmp_path / "new.db", **{"days": 1, "incidents_per_day": 1, **bad})
     assert not (tmp_path / "new.db").exists()
-    with pytest.raises(labkit.DatabaseFolderMissing):
+    with pytest.raises(labkit.errors.DatabaseFolderMissing):
         simulate(tmp_path / "no" / "such.db", days=1, incidents_per_day=1)
 
 

@@ -81,7 +81,7 @@ def test_the_readme_describes_each_case_in_one_line():
 
 
 def test_the_oversized_case_is_just_over_the_limit():
-    assert len(BY_NAME["oversized"].raw) == labkit.MAX_RESPONSE_BYTES + 1
+    assert len(BY_NAME["oversized"].raw) == labkit.contract.MAX_RESPONSE_BYTES + 1
 
 
 def test_each_case_differs_from_a_valid_answer_in_one_place(tmp_path):
@@ -125,7 +125,7 @@ def test_the_shipped_catalogue_has_no_case_without_its_rule():
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_the_contract_names_the_rule_and_field(case):
-    with pytest.raises(labkit.EvidenceRejected) as caught:
+    with pytest.raises(labkit.errors.EvidenceRejected) as caught:
         labkit.check_evidence(case.raw, case.incident)
     assert (caught.value.rule, caught.value.field) == (case.rule, case.field)
 
@@ -162,7 +162,7 @@ def test_every_case_in_turn_on_one_database_changes_nothing(lab):
 def test_a_run_past_not_inspected_is_not_a_place_for_a_case(lab, tmp_path):
     valid = Case("valid", INCIDENT, reference_answer(tmp_path), None, None)
     assert run_case(lab.db, valid, clock=lab.clock).step_after is labkit.Step.EVIDENCE_RECORDED
-    with pytest.raises(labkit.StepOrderError):
+    with pytest.raises(labkit.errors.StepOrderError):
         run_case(lab.db, CASES[0], clock=lab.clock)
 
 
@@ -174,9 +174,9 @@ def test_the_canned_provider_logs_every_call_like_the_reference_one(lab):
     assert provider.incidents() == labkit.list_incidents()
     assert provider.decision_inputs == {"provider": "canned", "rules_revision": None, "prompt_revision": None}
     assert provider.read(INCIDENT) == b"not json"
-    with pytest.raises(labkit.ProviderUnavailable):
+    with pytest.raises(labkit.errors.ProviderUnavailable):
         provider.read("INC-1002")
-    with pytest.raises(labkit.UnknownIncident):
+    with pytest.raises(labkit.errors.UnknownIncident):
         provider.read("INC-9999")
     assert [(c.incident, c.outcome, c.response_bytes) for c in lab.log.calls()] == [
         (INCIDENT, "ok", 8), ("INC-1002", "unavailable", 0)
@@ -250,6 +250,6 @@ def test_instruction_like_text_where_there_is_no_free_text_is_refused(tmp_path):
     for place in ("kind", "next_action"):
         changed = copy.deepcopy(body)
         changed["diagnosis"][place] = INSTRUCTION
-        with pytest.raises(labkit.EvidenceRejected) as caught:
+        with pytest.raises(labkit.errors.EvidenceRejected) as caught:
             labkit.check_evidence(json.dumps(changed), INCIDENT)
         assert caught.value.field == f"diagnosis.{place}"

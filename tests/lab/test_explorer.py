@@ -241,8 +241,8 @@ def test_explore_refuses_bad_input_in_one_line_and_makes_nothing(cli_main, tmp_p
 
 def test_the_recovery_scorecard_reads_the_explorers_table(exploration, tmp_path):
     """The evaluation layer's recovery score, fed by the explorer (13_evaluation): the table's counts, summed."""
-    score = labkit.recovery_from_scenarios(exploration.frame().to_dict("records"))
+    score = labkit.evaluation.recovery_from_scenarios(exploration.frame().to_dict("records"))
     assert (score.runs, score.completed, score.duplicate_receipts, score.duplicate_effects) == (162, 162, 0, 0)
     assert score.rereads == sum(r.provider_reads - 1 for r in exploration.results) == 52
     naive = explorer.explore(tmp_path / "naive", pairs=False, bug="retry_without_key")
-    assert labkit.recovery_from_scenarios(naive.frame().to_dict("records")).duplicate_effects == 1  # the kill after the send
+    assert labkit.evaluation.recovery_from_scenarios(naive.frame().to_dict("records")).duplicate_effects == 1  # the kill after the send

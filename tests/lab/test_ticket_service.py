@@ -285,7 +285,7 @@ def test_a_service_that_is_not_there_means_nothing_was_sent(store):
 
 def test_a_malformed_url_is_bad_input():
     for url in ("127.0.0.1:8000", "ftp://127.0.0.1:8000", "http://127.0.0.1:99999", "http://127.0.0.1:8000?x=1"):
-        with pytest.raises(labkit.BadInput):
+        with pytest.raises(labkit.errors.BadInput):
             post_ticket(url, "op-1", BODY, TIMEOUT)
 
 
@@ -350,7 +350,7 @@ def test_it_refuses_to_listen_anywhere_but_127_0_0_1(tmp_path, store):
         assert done.returncode == 2 and done.stdout == ""
         assert done.stderr.count("\n") == 1 and "listens on 127.0.0.1 only" in done.stderr
     assert list(tmp_path.iterdir()) == [], "refused before the store was touched"
-    with pytest.raises(labkit.BadInput, match="127.0.0.1 only"):
+    with pytest.raises(labkit.errors.BadInput, match="127.0.0.1 only"):
         ticket_service.TicketServer(store, host="0.0.0.0")
 
 

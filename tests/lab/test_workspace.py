@@ -56,13 +56,13 @@ def test_reset_of_one_lesson_restores_it_keeps_a_backup_and_touches_nothing_else
 
 def test_reset_removes_only_scratch_left_by_dead_kernels(tmp_path, scratch):
     left_behind = subprocess.run(
-        [sys.executable, "-c", "import os, labkit; ws = labkit.Workspace.create('04'); print(ws.folder); os._exit(0)"],
+        [sys.executable, "-c", "import os, labkit; ws = labkit.lab.Workspace.create('04'); print(ws.folder); os._exit(0)"],
         capture_output=True, text=True, env=child_env(), check=True,
     ).stdout.strip()
     assert os.path.isdir(left_behind), "a killed kernel cannot clean up: its folder stays"
-    in_use = labkit.Workspace.create("04")            # this process is alive
+    in_use = labkit.lab.Workspace.create("04")            # this process is alive
     other_lesson = subprocess.run(
-        [sys.executable, "-c", "import os, labkit; print(labkit.Workspace.create('05').folder); os._exit(0)"],
+        [sys.executable, "-c", "import os, labkit; print(labkit.lab.Workspace.create('05').folder); os._exit(0)"],
         capture_output=True, text=True, env=child_env(), check=True,
     ).stdout.strip()
     stranger = scratch / "labkit-04-not-ours"
@@ -82,7 +82,7 @@ def test_reset_refuses_an_unknown_lesson(tmp_path, scratch, cli_main, refused):
 
 
 def test_a_workspace_marks_its_folder_for_reset(scratch):
-    ws = labkit.Workspace.create("03-exercise")
+    ws = labkit.lab.Workspace.create("03-exercise")
     marker = json.loads((ws.folder / workspace.MARKER).read_text(encoding="utf-8"))
     assert marker == {"lesson": "03-exercise", "pid": os.getpid()}
     assert ws.folder.parent == scratch

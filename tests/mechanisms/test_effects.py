@@ -225,8 +225,8 @@ CRASHES = [
 
 
 def test_the_crash_cases_cover_every_effect_point():
-    assert set(labkit.EFFECT_POINTS) == {"before_send", "after_send"}
-    assert {case.values[0] for case in CRASHES} == {*labkit.EFFECT_POINTS, "after_completion_commit"}
+    assert set(labkit.crashpoints.EFFECT_POINTS) == {"before_send", "after_send"}
+    assert {case.values[0] for case in CRASHES} == {*labkit.crashpoints.EFFECT_POINTS, "after_completion_commit"}
 
 
 @pytest.mark.parametrize(("point", "fault", "tickets_at_crash"), CRASHES)

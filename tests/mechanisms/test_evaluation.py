@@ -406,7 +406,7 @@ def test_each_scorer_works_without_the_other_sides_files(lab, cli, tmp_path, mon
     drive(lab, ["INC-1003"])
     lab.call_log.write_text("{not json}\n", encoding="utf-8")  # recovery's outside record, damaged
     assert task_score(lab.db).accuracy == 1.0
-    with pytest.raises(labkit.CorruptCallLog):
+    with pytest.raises(labkit.errors.CorruptCallLog):
         recovery_score(lab.db)
     lab.call_log.unlink()
     monkeypatch.setenv("LABKIT_DATA_DIR", str(tmp_path / "no-data"))  # the task's answer key, gone
@@ -507,7 +507,7 @@ def test_a_newer_schema_a_damaged_call_log_and_a_bad_ticket_store_are_refused(la
     lab.call_log.write_text(log_text, encoding="utf-8")
 
     with closing(lab.connect()) as conn:
-        conn.execute(f"PRAGMA user_version = {labkit.SCHEMA_VERSION + 1}")
+        conn.execute(f"PRAGMA user_version = {labkit.store.SCHEMA_VERSION + 1}")
     content = lab.db.read_bytes()
-    refused(cli_main("evaluate", "--db", lab.db, "--json"), f"schema version {labkit.SCHEMA_VERSION + 1}")
+    refused(cli_main("evaluate", "--db", lab.db, "--json"), f"schema version {labkit.store.SCHEMA_VERSION + 1}")
     assert lab.db.read_bytes() == content

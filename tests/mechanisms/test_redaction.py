@@ -294,7 +294,7 @@ def test_a_redaction_that_would_break_the_contract_refuses_the_read(lab, conn):
     coordinator = lab.coordinator(conn, provider=_ResponseWith(lab.provider(), name))
     coordinator.start("INC-1002")
     before = labkit.store.snapshot(conn)
-    with pytest.raises(labkit.EvidenceRejected) as refused:
+    with pytest.raises(labkit.errors.EvidenceRejected) as refused:
         coordinator.drive("INC-1002")
     assert refused.value.field == "queue.name" and refused.value.rule == "schema:maxLength"
     assert labkit.store.snapshot(conn) == before, "neither the value nor a summary the contract never accepted is stored"

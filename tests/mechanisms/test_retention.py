@@ -70,14 +70,14 @@ def test_the_summary_limit_holds_at_its_edge(lab, conn):
     """Canonical JSON of {"x": "aa..."} is 8 bytes plus the string: exactly at the limit is kept, one byte over is not."""
     at_limit, over = {"x": "a" * (SUMMARY_LIMIT - 8)}, {"x": "a" * (SUMMARY_LIMIT - 7)}
     assert check_summary_size("INC-1001", at_limit) == SUMMARY_LIMIT
-    with pytest.raises(labkit.EvidenceRejected) as refused:
+    with pytest.raises(labkit.errors.EvidenceRejected) as refused:
         check_summary_size("INC-1001", over)
     assert (refused.value.field, refused.value.rule) == ("(summary)", "size-limit")
     assert f"{SUMMARY_LIMIT + 1} bytes" in str(refused.value)
     lab.coordinator(conn).start("INC-1001")
     lab.coordinator(conn).start("INC-1002")
     before = labkit.store.snapshot(conn)
-    with pytest.raises(labkit.EvidenceRejected), transaction(conn):
+    with pytest.raises(labkit.errors.EvidenceRejected), transaction(conn):
         store_bounded_txn(conn, "INC-1001", labkit.CONTRACT, bound_evidence("INC-1001", over, b"{}"), lab.clock)
     assert labkit.store.snapshot(conn) == before, "a refused summary stores nothing"
     with transaction(conn):
@@ -88,7 +88,7 @@ def test_the_summary_limit_holds_at_its_edge(lab, conn):
 def test_the_raw_diagnostic_limit_holds_at_its_edge():
     kept = bound_evidence("INC-1001", {"incident": "INC-1001"}, b"a" * MAX_DIAGNOSTIC_BYTES)
     assert kept.diagnostic_bytes == MAX_DIAGNOSTIC_BYTES
-    with pytest.raises(labkit.EvidenceRejected) as refused:
+    with pytest.raises(labkit.errors.EvidenceRejected) as refused:
         bound_evidence("INC-1001", {"incident": "INC-1001"}, b"a" * (MAX_DIAGNOSTIC_BYTES + 1))
     assert (refused.value.field, refused.value.rule) == ("(diagnostic)", "size-limit")
 
@@ -113,7 +113,7 @@ def test_a_huge_raw_diagnostic_refuses_the_read_and_stores_nothing(lab, conn, pr
     coordinator = lab.coordinator(conn, provider=_Dumping(provider, b"x" * (MAX_DIAGNOSTIC_BYTES + 1)))
     coordinator.start("INC-1003")
     before = labkit.store.snapshot(conn)
-    with pytest.raises(labkit.EvidenceRejected, match="size-limit"):
+    with pytest.raises(labkit.errors.EvidenceRejected, match="size-limit"):
         coordinator.drive("INC-1003")
     assert labkit.store.snapshot(conn) == before
     assert lab.reads("INC-1003") == 1, "the provider's own log still shows the read"
@@ -265,7 +265,7 @@ def test_a_vacuum_that_cannot_run_is_a_failure_a_retry_cures(lab, conn, monkeypa
 
 
 def test_retain_while_a_run_waits_between_its_steps(lab, cli, query):
-    with labkit.PausedRun(lab.db, "INC-1007", "after_evidence_commit") as held:
+    with labkit.lab.PausedRun(lab.db, "INC-1007", "after_evidence_commit") as held:
         assert "holding no lock" in held.paused_line
         during = cli("retain", "--db", lab.db, "--older-than", "0", env=LATER)
         assert during.returncode == 0 and "kept 1 of unfinished runs (INC-1007)" in during.stdout
@@ -287,7 +287,7 @@ def test_a_diagnostic_removed_by_hand_is_missing_and_one_altered_is_refused(lab,
         plain.execute("UPDATE diagnostics SET body = replace(body, 'RabbitMQ', 'RABBITMQ') WHERE incident = 'INC-1010'")
         plain.commit()
     assert diagnostic_of(lab.db, "INC-1008").state == "missing", "no retention run removed it: not to be called removed"
-    with pytest.raises(labkit.InconsistentRun, match="does not match the digest"):
+    with pytest.raises(labkit.errors.InconsistentRun, match="does not match the digest"):
         diagnostic_of(lab.db, "INC-1010")
 
 
@@ -298,7 +298,7 @@ def test_evidence_stored_without_a_reference_has_no_diagnostic(lab, conn):
     assert diagnostic_of(lab.db, "INC-1011").state == "none"
     report = retain(lab.db, 0, labkit.TickingClock("2026-04-15T00:00:00Z"))
     assert report.removed == () and report.kept_unfinished == ()
-    with pytest.raises(labkit.UnknownRun):
+    with pytest.raises(labkit.errors.UnknownRun):
         diagnostic_of(lab.db, "INC-1999")
 
 

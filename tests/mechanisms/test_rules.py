@@ -231,7 +231,7 @@ def test_revision_2_on_contract_revision_1_evidence_names_the_missing_field():
     with pytest.raises(RulesInputMissing) as caught:
         assess(old, 2)
     error = caught.value
-    assert isinstance(error, labkit.EvidenceRejected) and isinstance(error, labkit.BadInput)
+    assert isinstance(error, labkit.errors.EvidenceRejected) and isinstance(error, labkit.errors.BadInput)
     assert (error.incident, error.field, error.rule, error.revision) == ("INC-1007", "nodes", "rules-input", 2)
     assert "rules revision 2 reads it" in str(error) and "\n" not in str(error)
 
@@ -305,7 +305,7 @@ def test_contract_revision_2_accepts_every_shipped_incident_under_both_rule_revi
 def test_contract_revision_2_refuses_the_idle_state(tmp_path):
     body = json.loads(labkit.ReferenceProvider(tmp_path / "calls.jsonl").read("INC-1013"))
     body["queue"]["state"] = "idle"
-    with pytest.raises(labkit.EvidenceRejected) as caught:
+    with pytest.raises(labkit.errors.EvidenceRejected) as caught:
         labkit.check_evidence(json.dumps(body), "INC-1013")
     assert (caught.value.field, caught.value.rule) == ("queue.state", "schema:enum")
 
@@ -314,7 +314,7 @@ def test_contract_revision_2_allows_a_shrinking_count_and_no_other_argument(tmp_
     body = json.loads(labkit.ReferenceProvider(tmp_path / "calls.jsonl").read("INC-1006"))
     assert body["queue"]["messages_details"]["rate"] < 0
     body["queue"]["arguments"]["x-message-ttl"] = 1000
-    with pytest.raises(labkit.EvidenceRejected) as caught:
+    with pytest.raises(labkit.errors.EvidenceRejected) as caught:
         labkit.check_evidence(json.dumps(body), "INC-1006")
     assert caught.value.field == "queue.arguments.x-message-ttl"
 

@@ -35,7 +35,7 @@ def previous_release(lab, conn):
 def test_version_2_refuses_a_version_1_run_everywhere(lab, conn, previous_release, cli_main, refused, snapshot):
     current = lab.coordinator(conn)
     for call in (current.start, current.inspect, current.complete, current.drive):
-        with pytest.raises(labkit.WorkflowVersionMismatch) as caught:
+        with pytest.raises(labkit.errors.WorkflowVersionMismatch) as caught:
             call("INC-1002")
         assert (caught.value.found, caught.value.expected) == (1, 2)
     conn.close()
@@ -84,7 +84,7 @@ def test_migrate_moves_every_mappable_run_in_one_logged_step(lab, conn, previous
     assert status(lab.db)["runs"][0]["assessments"] == 1
     again = cli("migrate", "--db", lab.db, "--to", "2", "--reason", "again")
     assert again.stdout == "no run of workflow version 1: nothing migrated, nothing logged\n"
-    assert len(labkit.migration_log(lab.db)) == 1
+    assert len(labkit.versioning.migration_log(lab.db)) == 1
 
 
 def test_a_migration_that_fails_half_way_leaves_nothing_half_migrated(lab, conn, previous_release, snapshot):
@@ -98,7 +98,7 @@ def test_a_migration_that_fails_half_way_leaves_nothing_half_migrated(lab, conn,
         raise RuntimeError("the disk went away half way")
 
     with pytest.raises(RuntimeError):
-        labkit.migrate(lab.db, 2, "upgrade", lab.clock, after_each=fail_after_the_first)
+        labkit.versioning.migrate(lab.db, 2, "upgrade", lab.clock, after_each=fail_after_the_first)
     assert moved == ["INC-1001"], "the first run was updated inside the transaction before the failure"
     assert snapshot(lab.db) == before
 
@@ -109,7 +109,7 @@ def test_a_migration_killed_half_way_leaves_nothing_half_migrated(lab, conn, pre
     before = snapshot(lab.db)
     killed = python_child(
         "import os, signal, sys, labkit\n"
-        "labkit.migrate(sys.argv[1], 2, 'upgrade', labkit.TickingClock(),"
+        "labkit.versioning.migrate(sys.argv[1], 2, 'upgrade', labkit.TickingClock(),"
         " after_each=lambda incident: os.kill(os.getpid(), signal.SIGKILL))\n",
         lab.db,
     )
@@ -151,7 +151,7 @@ def test_the_previous_release_records_no_assessment_and_the_current_one_does(lab
 def test_an_unsupported_workflow_version_is_refused_before_anything_runs(db, folder, cli_main, refused):
     refused(cli_main("run", "--db", db, "--incident", "INC-1001", "--workflow-version", "7"), "workflow version 7")
     assert list(folder.iterdir()) == []
-    with closing(labkit.connect(db)) as conn, pytest.raises(labkit.UnsupportedVersion):
+    with closing(labkit.connect(db)) as conn, pytest.raises(labkit.errors.UnsupportedVersion):
         labkit.Coordinator(conn, labkit.ReferenceProvider(labkit.call_log_for(db)), workflow_version=0)
 
 
@@ -207,7 +207,7 @@ def test_recovery_and_resume_never_reevaluate(lab, cli, status):
 def test_reevaluation_of_a_run_of_the_previous_release_records_its_original_first(lab, conn):
     lab.coordinator(conn, workflow_version=1).drive("INC-1011")
     conn.close()
-    new = labkit.reevaluate(lab.db, "INC-1011", "dead-lettering is loss, not redelivery", lab.clock)
+    new = labkit.versioning.reevaluate(lab.db, "INC-1011", "dead-lettering is loss, not redelivery", lab.clock)
     with closing(labkit.connect_readonly(lab.db)) as reader:
         kinds = [(a.seq, a.origin, a.kind) for a in labkit.assessments.list_assessments_txn(reader, "INC-1011")]
     assert kinds == [(1, "inspection", "false_alarm"), (2, "reevaluation", "poison_message")]

@@ -134,7 +134,7 @@ def test_a_run_the_provider_cannot_serve_fails_alone_and_is_not_retried_by_the_s
 def one_run(tmp_path_factory) -> Path:
     """A folder holding lab.db with one completed run, and its provider log: made once, copied by each test."""
     folder = tmp_path_factory.mktemp("one-run")
-    done = labkit.labkit_cli("run", "--db", folder / "lab.db", "--incident", "INC-1001")
+    done = labkit.lab.labkit_cli("run", "--db", folder / "lab.db", "--incident", "INC-1001")
     assert done.returncode == 0, done.stderr
     assert not (folder / "lab.db-wal").exists()
     return folder
@@ -284,7 +284,7 @@ def test_a_provider_slower_than_the_lease_costs_a_live_worker_nothing_it_renews(
     # comes every 0.3 s, so a renewing thread must be 0.6 s late to lose its lease: a margin
     # that held with three CPU burners a core beside the suite.
     try:
-        done = labkit.labkit_cli("work", "--db", db, "--workers", "2", "--lease-seconds", "0.9", "--provider-delay", "1.8",
+        done = labkit.lab.labkit_cli("work", "--db", db, "--workers", "2", "--lease-seconds", "0.9", "--provider-delay", "1.8",
                                  "--incident", "INC-1001", "--incident", "INC-1002", timeout=60)
     except subprocess.TimeoutExpired:
         pytest.fail("work never finished: the workers kept taking each other's runs over")

@@ -19,7 +19,7 @@ def check_idempotent_completion(complete: Callable, workers: int = 3) -> None:
 
     1. ``workers`` child processes race to complete one run, each held just before it
        begins a write transaction and released together once all are held (as
-       :func:`labkit.race` does): so whatever an answer decides *before* its write
+       :func:`labkit.lab.race` does): so whatever an answer decides *before* its write
        transaction, every worker has decided it before any of them writes. All must exit
        0 and return the same receipt, and one receipt row must exist;
     2. completing again returns that receipt and writes nothing.

@@ -51,7 +51,7 @@ def check_migration_rule(rule: Callable) -> None:
 
     For each run the previous release can leave (at each step; at evidence_recorded and
     report_completed with and without an assessment), a database holding that run alone is
-    migrated with ``labkit.migrate(db, 2, reason, clock, rule=rule)``. Exactly the run that
+    migrated with ``labkit.versioning.migrate(db, 2, reason, clock, rule=rule)``. Exactly the run that
     version 2 cannot continue (evidence_recorded with no assessment) must be refused, nothing
     changed; every other must migrate, its workflow version the only change, and then this
     release's recovery must finish it. Last, all of them in one database: refused as a whole,

@@ -118,7 +118,7 @@ def check_bug_prediction(bug: str, predicted: dict) -> None:
         differ = [point for point in points if mine.get(point, set()) != theirs.get(point, set())]
         wrong = [f"at {point} you predicted {sorted(mine.get(point, set())) or 'nothing'}, the explorer found "
                  f"{sorted(theirs.get(point, set())) or 'nothing'}" for point in differ]
-        raise AssertionError(f"{bug}: " + "; ".join(wrong) + ". See the rows' detail with labkit.explore(folder, pairs=False, "
+        raise AssertionError(f"{bug}: " + "; ".join(wrong) + ". See the rows' detail with labkit.lab.explore(folder, pairs=False, "
                              "bug=my_bug).text() and say why: which row did the bug leave behind, and which invariant reads it?")
     for point, numbers in theirs.items():
         print(f"✓ {bug} at {point}: invariants {sorted(numbers)} broken, as you predicted")
