@@ -1,6 +1,6 @@
 """labkit: a teaching kit for durable, restart-safe incident workflows on SQLite.
 
-Three layers, imports one way (tests/test_layout.py reads them to make sure):
+Three layers, imports one way (tests/docs/test_layout.py reads them to make sure):
 
 - **the core**, the lab's source design: the coordinator (a versioned state machine), the read
   adapter and its evidence contract, the SQLite checkpoint store, the receipt table, the

@@ -11,7 +11,7 @@ As in the lab's source design, ``inspect`` calls the provider while its write
 transaction is open: simple, and it makes the crash window between read and commit
 easy to see. 10_leases_and_fencing moves the call outside. Taught in 02_three_states.
 
-This module imports only the core (the test in ``tests/test_layout.py`` reads its imports),
+This module imports only the core (the test in ``tests/docs/test_layout.py`` reads its imports),
 so everything the coordinator does is here or one module away:
 
 - the **workflow version** check is here (:data:`SUPPORTED_VERSIONS`, :func:`check_run_version`):

@@ -25,7 +25,7 @@ What is recorded is where and what, never the value: one :class:`Redaction` per
 (field, kind) with a count. Field names are scanned too (a key can be an e-mail address),
 so a recorded path never carries a secret either.
 
-Decisions, each tested in ``tests/test_redaction.py``:
+Decisions, each tested in ``tests/mechanisms/test_redaction.py``:
 
 - A dotted quad in a field whose name says ``version`` is a version, not an address, and is
   kept; anywhere else ``1.2.3.4`` cannot be told from an address and is redacted. Version
@@ -133,7 +133,7 @@ def is_secret_name(name: str) -> bool:
 #
 # Every pattern is built so that the regular-expression engine cannot backtrack without
 # bound: character classes that cannot overlap with what follows them, and lookbehinds that
-# let a match start only at the beginning of a run of characters. tests/test_redaction.py
+# let a match start only at the beginning of a run of characters. tests/mechanisms/test_redaction.py
 # times them on a megabyte of hostile text.
 
 _URI_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{0,31}://)([^\s/?#\[\]]*)@")

@@ -836,7 +836,7 @@ class Comparison:
         }
 
 
-#: How close the model must come to the measured bytes (tests/test_capacity.py holds it to this).
+#: How close the model must come to the measured bytes (tests/lab/test_capacity.py holds it to this).
 TOLERANCE = 0.05
 
 

@@ -16,7 +16,7 @@ names. Each was made from one valid answer of the reference provider, changed in
 - :func:`run_case` runs one case through the real coordinator and reports what happened,
   measured, never typed in: the rule that caught it, the run's step and evidence before and
   after, whether the database's bytes changed, and the calls the provider logged. Notebook
-  07's table and ``tests/test_catalogue.py`` are built from it.
+  07's table and ``tests/lab/test_catalogue.py`` are built from it.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ A learner answers a "build" exercise by writing one function in a notebook cell.
 does not read the code: it runs it, in fresh child processes or on a fresh database, against
 the events the lesson is about: a SIGKILL at the worst moment, a second worker racing the
 first, a run that went back to an earlier step. A shortcut (a constant, an empty function,
-the naive draft the lesson took apart) fails the check, and ``tests/test_exercises.py``
+the naive draft the lesson took apart) fails the check, and ``tests/lab/test_exercises.py``
 proves it. Notebooks call the checks as ``labkit.lab.exercises.<name>(...)``: the names
 below are the ones they (and the tests) use.
 
