@@ -60,9 +60,15 @@ def _pump(stream: Iterable[str] | None, events: queue.Queue, tag: tuple) -> None
     events.put((*tag, None))
 
 
+def killed_by(returncode: int) -> str | None:
+    """The signal that ended a child (``'SIGKILL'``), from its negative return code; None if it exited."""
+    return signal.Signals(-returncode).name if returncode < 0 else None
+
+
 def ended(returncode: int) -> str:
     """How a started child ended, in words: ``exit 0``, or ``killed by SIGKILL`` for a negative code."""
-    return f"killed by {signal.Signals(-returncode).name}" if returncode < 0 else f"exit {returncode}"
+    signal_name = killed_by(returncode)
+    return f"killed by {signal_name}" if signal_name else f"exit {returncode}"
 
 
 def collect(stream: Iterable[str] | None, into: list[str]) -> threading.Thread:

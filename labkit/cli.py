@@ -37,7 +37,7 @@ from pathlib import Path
 from .clock import clock_from_env
 from .coordinator import WORKFLOW_VERSION, check_supported
 from .crashpoints import CRASH_POINTS, CrashPlan, check_point
-from .database import busy_timeout_ms, check_path, names_a_folder, read_transaction, translate
+from .database import busy_timeout_ms, check_path, read_transaction, translate, typed_path_problem
 from .effects import OWED, Tickets, list_effects_txn
 from .effects import resolve as resolve_effect
 from .errors import BadInput, LabError, RunFailure, UnknownIncident, report, shown
@@ -72,11 +72,10 @@ class _Once(argparse.Action):
 
 
 def _db_path(text: str) -> Path:
-    """The --db value as typed: Path() would turn "" into "." and "lab.db/" into "lab.db"."""
-    if not text:
-        raise argparse.ArgumentTypeError("the database path is empty")
-    if names_a_folder(text):
-        raise argparse.ArgumentTypeError(f"{shown(text)} ends with a slash, so it names a folder; give a file path")
+    """The --db value, refused as :func:`~labkit.database.typed_path_problem` says."""
+    problem = typed_path_problem(text, "database")
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return Path(text)
 
 
@@ -121,6 +120,7 @@ def _parser(words: list[str] | None = None) -> argparse.ArgumentParser:
         help="the remote ticket service of 09_external_effects (its own SQLite file); first stdout line: its base URL",
     )
     if words is None or "ticket-service" in words:
+        # The HTTP server is loaded only for its own command: every other command starts without it.
         from .lab import ticket_service
 
         ticket_service.add_arguments(service)
@@ -426,7 +426,7 @@ def _bench(args) -> int:
 
 
 def _explore(args) -> int:
-    from .lab import explorer
+    from .lab import explorer  # imported here: the explorer and its engines load DBOS, which no other command needs
 
     trials = args.random or 0
     if not 0 <= trials <= explorer.MAX_TRIALS:
@@ -442,7 +442,7 @@ def _explore(args) -> int:
 
 
 def _ticket_service(args) -> int:
-    from .lab import ticket_service
+    from .lab import ticket_service  # imported here, as for its arguments: only this command serves HTTP
 
     return ticket_service.run(args)
 

@@ -35,6 +35,7 @@ from .errors import (
     NotARegularFile,
     NotInTransaction,
     RuleViolation,
+    shown,
 )
 
 SQLITE_HEADER = b"SQLite format 3\x00"
@@ -140,6 +141,18 @@ def names_a_folder(text: str) -> bool:
     """A path typed with a trailing slash names a folder, whatever is there: ``Path("lab.db/")``
     would quietly drop the slash and make it a file, so every path option asks this first."""
     return text.endswith(os.sep)
+
+
+def typed_path_problem(text: str, what: str) -> str | None:
+    """Why a file path typed on a command line is refused (``what`` names it), or None.
+
+    Taken as typed: ``Path()`` would turn "" into "." and "lab.db/" into "lab.db".
+    """
+    if not text:
+        return f"the {what} path is empty"
+    if names_a_folder(text):
+        return f"{shown(text)} ends with a slash, so it names a folder; give a file path"
+    return None
 
 
 def check_path(path: str | Path, *, must_exist: bool) -> Path:

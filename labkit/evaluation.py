@@ -51,7 +51,7 @@ from .steps import Step
 from .store import connect_readonly
 from .ticket_store import store_rows
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # pandas is imported where a frame is made (an optional heavy dependency): commands never load it
     import pandas as pd
 
 #: The only tables each scorer may read. ``runs`` is in both: it is the list of runs being

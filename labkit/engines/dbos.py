@@ -47,6 +47,7 @@ own, and a notebook's kernel must not be it.
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -155,7 +156,7 @@ class IncidentApp:
     def __init__(self, folder: str | Path, *, crash: CrashPlan = NO_CRASH, app_version: str = DEFAULT_APP_VERSION,
                  executor_id: str = "local", system_url: str | None = None,
                  write_evidence: Callable[[Coordinator, str, Reading], str] = write_evidence_once):
-        from dbos import DBOS, SetWorkflowID
+        from dbos import DBOS, SetWorkflowID  # an optional heavy dependency, loaded when a DBOS app is made
 
         self.paths = Paths.of(folder, system_url)
         self.crash = crash
@@ -296,7 +297,6 @@ def workflows_of(folder: str | Path, system_url: str | None = None) -> list[dict
     Read with plain SQL from DBOS's ``workflow_status`` and ``operation_outputs`` tables, as an
     operator would look; for a SQLite system database only.
     """
-    import sqlite3
 
     path = Paths.of(folder, system_url).system_db
     if path is None or not path.exists():

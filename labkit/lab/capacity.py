@@ -53,19 +53,22 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from ..assessments import Assessment, latest_assessment_txn
 from ..children import this_labkit
 from ..clock import TickingClock, parse_instant
-from ..coordinator import WORKFLOW_VERSION
+from ..contract import CONTRACT, check_evidence
+from ..coordinator import WORKFLOW_VERSION, Coordinator
 from ..database import check_path, open_database, read_transaction, set_wal, transaction
 from ..errors import BadInput, shown
-from ..evidence import location_for
-from ..jsontext import sha256_hex
-from ..receipts import receipt_id_for
-
-if TYPE_CHECKING:
-    from ..evidence import BoundedEvidence
+from ..evidence import BoundedEvidence, bound_evidence, location_for, record_redactions_txn, store_bounded_txn
+from ..jsontext import canonical_json, sha256_hex
+from ..provider import REFERENCE_PROVIDER, ReferenceProvider, list_incidents
+from ..receipts import issue_receipt_txn, receipt_id_for
+from ..report import build_report
+from ..retention import database_bytes, retain_txn
+from ..steps import Step
+from ..store import TABLES, Evidence, advance_txn, connect, connect_readonly, create_run_txn, store_evidence_txn
 
 #: The seed's trial workload.
 SEED_INCIDENTS_PER_DAY = 100
@@ -248,7 +251,6 @@ _NOT_PER_INCIDENT = ("migrations", "retentions")
 
 def profile_of(db: str | Path) -> Profile:
     """What labkit wrote for each incident of an existing database, as SQLite record sizes."""
-    from ..store import TABLES, connect_readonly
 
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         incidents = [row[0] for row in conn.execute("SELECT incident FROM runs ORDER BY rowid")]
@@ -285,7 +287,6 @@ def profile_of(db: str | Path) -> Profile:
 @cache
 def empty_database_pages() -> int:
     """Pages of a labkit database with no rows: the schema, and one root page per table and index."""
-    from ..store import connect
 
     with tempfile.TemporaryDirectory(prefix="labkit-empty-") as folder, closing(connect(Path(folder) / "empty.db")) as conn:
         return conn.execute("PRAGMA page_count").fetchone()[0]
@@ -298,9 +299,6 @@ def labkit_profile() -> Profile:
     Made once per process, in a temporary folder, with the reference provider and a pinned
     clock: what labkit writes for one incident, today, whatever columns the schema has.
     """
-    from ..coordinator import Coordinator
-    from ..provider import ReferenceProvider, list_incidents
-    from ..store import connect
 
     with tempfile.TemporaryDirectory(prefix="labkit-profile-") as folder:
         db = Path(folder) / "profile.db"
@@ -521,9 +519,6 @@ class _Template:
 
 
 def _templates(folder: Path) -> list[_Template]:
-    from ..contract import check_evidence
-    from ..evidence import bound_evidence
-    from ..provider import ReferenceProvider, list_incidents
 
     provider = ReferenceProvider(folder / "simulation-provider-calls.jsonl")
     templates = []
@@ -563,15 +558,6 @@ def simulate(
     does not. A year at the seed's figures takes under two seconds; a smaller workload is
     proportionally faster.
     """
-    from ..assessments import latest_assessment_txn
-    from ..contract import CONTRACT
-    from ..evidence import record_redactions_txn, store_bounded_txn
-    from ..provider import REFERENCE_PROVIDER
-    from ..receipts import issue_receipt_txn
-    from ..report import build_report
-    from ..retention import database_bytes, retain_txn
-    from ..steps import Step
-    from ..store import TABLES, advance_txn, connect, create_run_txn, store_evidence_txn
 
     days = _whole("days", days, 1, MAX_DAYS)
     incidents_per_day = _whole("incidents_per_day", incidents_per_day, 1, MAX_INCIDENTS_PER_DAY)
@@ -681,11 +667,6 @@ class _Shape:
 
 
 def _shape(template: _Template, raw_inline: bool, inputs: dict[str, object]) -> _Shape:
-    from ..assessments import Assessment
-    from ..contract import CONTRACT
-    from ..jsontext import canonical_json
-    from ..report import build_report
-    from ..store import Evidence
 
     bounded = template.bounded
     body = dict(bounded.body, **({INLINE_KEY: template.raw_value} if raw_inline else {}))
@@ -786,7 +767,6 @@ def _insert_rows_txn(conn: sqlite3.Connection, built: list[dict[str, list[tuple[
 
 def _check_same_rows(conn: sqlite3.Connection, expected: list[dict[str, list[tuple[object, ...]]]]) -> None:
     """Refuse to go on if the helpers wrote, for the first day, other rows than :func:`_incident_rows` builds."""
-    from ..store import TABLES
 
     incidents = [incident["runs"][0][0] for incident in expected]
     marks = ", ".join("?" * len(incidents))
@@ -935,7 +915,6 @@ def _writer_child(path: str, commits: int, hold_ms: float) -> dict[str, object]:
     It says ``ready`` once connected and waits for a line on stdin, so that every writer
     starts together (a process takes longer to start than forty commits take to run).
     """
-    import sqlite3
 
     conn = open_database(Path(path))
     conn.execute("PRAGMA synchronous = FULL")

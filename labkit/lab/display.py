@@ -12,17 +12,19 @@ import json
 import re
 from contextlib import closing
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from ..clock import parse_instant
+from ..database import read_transaction
+from ..leases import lease_events_txn, lease_log, leases_txn
 from ..provider import CallLog, call_log_for
+from ..retention import diagnostic_of
 from ..status import status_of
 from ..store import connect_readonly
-
-if TYPE_CHECKING:
-    from .processes import ChildOutcome
-    from .ticket_service import TicketService
+from .lesson import restart_answers
+from .processes import ChildOutcome
+from .ticket_service import TicketService, store_rows
 
 
 def _query(db: str | Path, sql: str, params: tuple = ()) -> pd.DataFrame:
@@ -83,7 +85,6 @@ def provider_calls_frame(db_or_log: str | Path) -> pd.DataFrame:
 
 def restart_frame(db: str | Path, incidents: list[str]) -> pd.DataFrame:
     """The three restart questions for each incident, answered from its rows (labkit.lab.lesson)."""
-    from .lesson import restart_answers
 
     return pd.DataFrame([restart_answers(db, incident).as_row() for incident in incidents]).set_index("incident")
 
@@ -133,7 +134,6 @@ def tickets_frame(store: str | Path | TicketService) -> pd.DataFrame:
     Its ids come from the store's own sequence and its times from the service's pinned clock,
     so the frame is the same on every run of a lesson; a NULL key is a service that ignores keys.
     """
-    from .ticket_service import TicketService, store_rows
 
     path = store.store if isinstance(store, TicketService) else store
     rows = [(r["ticket_id"], r["idempotency_key"] or "(none)", r["incident"], r["created_at"]) for r in store_rows(path)]
@@ -179,7 +179,6 @@ def lease_events_frame(db: str | Path, incident: str | None = None) -> pd.DataFr
     ``state_version`` is the run's when claimed or renewed, the new one when committed, and
     the one the worker expected when refused. ``at`` drops the date (a lesson's runs share one day).
     """
-    from ..leases import lease_log
 
     rows = [(e.seq, e.at[11:], e.incident, _worker(e.worker), e.token, e.event, e.state_version, e.detail)
             for e in lease_log(db, incident)]
@@ -191,8 +190,6 @@ def leases_frame(db: str | Path, incident: str | None = None, times: bool = True
 
     ``times=False`` leaves the instants out: leases taken on the wall clock (``work``) differ on every run.
     """
-    from ..database import read_transaction
-    from ..leases import leases_txn
 
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         leases = leases_txn(conn, incident)
@@ -219,9 +216,6 @@ def lease_timeline(db: str | Path, incident: str | None = None, width: int = 60)
     clock in the lesson's hands (:class:`~labkit.clock.ManualClock`); its text table is
     :func:`lease_events_frame`.
     """
-    from ..clock import parse_instant
-    from ..database import read_transaction
-    from ..leases import lease_events_txn, leases_txn
 
     with closing(connect_readonly(db)) as conn, read_transaction(conn):
         leases = leases_txn(conn, incident)
@@ -298,7 +292,6 @@ def references_frame(db: str | Path, incidents: list[str] | None = None) -> pd.D
     stored without one) or missing. ``incidents`` picks some runs (default: every run), in
     the database's order (11_capacity_and_retention).
     """
-    from ..retention import diagnostic_of
 
     chosen = f"WHERE runs.incident IN ({', '.join('?' * len(incidents))})" if incidents is not None else ""
     frame = _query(

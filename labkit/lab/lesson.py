@@ -10,6 +10,7 @@ guessing, is answered here once, from the rows alone: :func:`restart_answers`.
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -18,11 +19,14 @@ from contextlib import closing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..clock import clock_from_env
+from ..coordinator import Coordinator
 from ..crashpoints import CrashPlan, CrashPoint
 from ..database import read_transaction
+from ..provider import ReferenceProvider, call_log_for, data_dir
 from ..receipts import find_receipt_txn
 from ..steps import Step
-from ..store import connect_readonly, find_run_txn, load_evidence_txn
+from ..store import connect, connect_readonly, find_run_txn, latest_time_txn, load_evidence_txn
 from .processes import ChildOutcome, child_env
 from .workspace import Workspace
 
@@ -204,12 +208,7 @@ def _assistant_lines(incident: str, alert: str, queue: str) -> dict[CrashPoint, 
 
 
 def _transcript_child() -> None:  # pragma: no cover - runs in the child process
-    import json
 
-    from ..clock import clock_from_env
-    from ..coordinator import Coordinator
-    from ..provider import ReferenceProvider, call_log_for, data_dir
-    from ..store import connect, latest_time_txn
 
     db, incident, transcript, crash_at = sys.argv[1:5]
     snapshot = json.loads((data_dir() / "incidents" / f"{incident}.json").read_text(encoding="utf-8"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import queue
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..children import collect, ended, pump, this_labkit
+from ..children import collect, ended, killed_by, pump, this_labkit
 from ..clock import CLOCK_ENV
 from ..database import write_lock
 from ..store import connect
@@ -41,7 +40,7 @@ class ChildOutcome:
     @property
     def killed_by(self) -> str | None:
         """``'SIGKILL'`` when a signal ended the process, else None."""
-        return signal.Signals(-self.returncode).name if self.returncode < 0 else None
+        return killed_by(self.returncode)
 
     @property
     def status(self) -> str:

@@ -57,10 +57,10 @@ from urllib.parse import parse_qs, urlsplit
 from ..children import collect, fork, pump
 from ..clock import Clock, clock_from_env
 from ..database import (
-    names_a_folder,
     open_database,
     read_transaction,
     transaction,
+    typed_path_problem,
 )
 from ..errors import BadServiceOption, CannotListen, DatabaseUnavailable, LabError, one_line, shown
 from ..jsontext import JsonProblem, canonical_json, strict_loads
@@ -392,10 +392,9 @@ def _check_request(data: bytes) -> dict[str, str]:
 
 
 def _store_path(text: str) -> Path:
-    if not text:
-        raise argparse.ArgumentTypeError("the store path is empty")
-    if names_a_folder(text):
-        raise argparse.ArgumentTypeError(f"{shown(text)} ends with a slash, so it names a folder; give a file path")
+    problem = typed_path_problem(text, "store")
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return Path(text)
 
 

@@ -234,3 +234,22 @@ def test_the_core_imports_nothing_late():
     late = [where for name in sorted(CORE) for where in _late_labkit_imports(modules[name])]
     assert not late, late
     assert _late_labkit_imports(modules["labkit.cli"])  # the check sees one where there is one (the bench, loaded on demand)
+
+
+#: The only modules that import part of labkit inside a function, each saying why in a comment:
+#: the entry point imports the command with Ctrl-C held back, and the command line loads the
+#: bench, the explorer and the ticket service only for their own commands, so every other
+#: command starts without them.
+LOADED_ON_DEMAND = {"labkit.__main__", "labkit.cli"}
+
+
+def test_no_module_but_the_entry_points_imports_labkit_late():
+    modules = _modules()
+    late = {name: _late_labkit_imports(path) for name, path in sorted(modules.items()) if name not in LOADED_ON_DEMAND}
+    assert not {name: found for name, found in late.items() if found}
+    for name in sorted(LOADED_ON_DEMAND):
+        source = modules[name].read_text(encoding="utf-8").splitlines()
+        for where in _late_labkit_imports(modules[name]):
+            line = int(where.rpartition(":")[2])
+            nearby = " ".join(source[line - 4:line])
+            assert "#" in nearby, f"{where}: a late import says why in a comment"
