@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from .clock import Clock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import require_write_transaction, transaction
-from .errors import BadInput, RunFailure, UnknownRun
+from .errors import BadInput, EffectConflict, EffectNotDone, EffectNotUncertain, EffectOutcomeUnknown, NoEffect, RunFailure, UnknownRun
 from .jsontext import canonical_json, sha256_hex
 from .store import connect
 from .ticket_client import KeyLookup, all_tickets, post_ticket, tickets_for_key
@@ -67,43 +67,6 @@ class Effect:
     last_outcome: str
     reason: str | None
     updated_at: str
-
-
-class EffectNotUncertain(BadInput):
-    def __init__(self, incident: str, state: str):
-        self.incident, self.state = incident, state
-        super().__init__(f"the effect of run {incident!r} is {state}, not uncertain: only an uncertain effect is resolved by hand")
-
-
-class NoEffect(BadInput):
-    def __init__(self, incident: str):
-        self.incident = incident
-        super().__init__(f"run {incident!r} has no effect to resolve (it was run without --tickets)")
-
-
-class EffectOutcomeUnknown(RunFailure):
-    """The ticket request's outcome is unknown; the effect is recorded as uncertain."""
-
-    def __init__(self, incident: str, detail: str):
-        self.incident, self.detail = incident, detail
-        super().__init__(
-            f"the ticket for run {incident!r} may or may not exist ({detail}); recorded as uncertain: "
-            "recover reconciles it with the ticket service"
-        )
-
-
-class EffectNotDone(RunFailure):
-    """The destination did nothing (it failed before committing, or could not be reached)."""
-
-    def __init__(self, incident: str, detail: str):
-        self.incident, self.detail = incident, detail
-        super().__init__(f"the ticket for run {incident!r} was not opened ({detail}); a retry sends the same request again")
-
-
-class EffectConflict(BadInput):
-    def __init__(self, incident: str, detail: str):
-        self.incident, self.detail = incident, detail
-        super().__init__(f"the ticket service refused the request of run {incident!r} ({detail}); recorded as uncertain for a person")
 
 
 def operation_key(incident: str, workflow_version: int, step: str = "open_ticket") -> str:

@@ -1,4 +1,11 @@
-"""Every error labkit raises on purpose.
+"""Every error the core and the later lessons' mechanisms raise on purpose, each defined once.
+
+The core's come first, by family; each mechanism's follow under a comment naming its lesson and
+its module, which imports them from here (so ``labkit.leases.StaleLease`` is this module's
+class). The lab's (``labkit/lab/``) and the engines' own refusals stay beside their code: they
+exist only to teach or measure, or for one engine. This module imports nothing from labkit, so
+every module can import it: a message that names a module's limit (``MAX_WORKER_NAME``) is
+given its value by the code that raises it.
 
 Two families under one base, :class:`LabError`, so the command line can turn any of them
 into a one-line message and an exit status decided by the family, not by each class:
@@ -18,6 +25,7 @@ test inspects them instead of parsing text. A run is always named by its key, th
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TextIO
 
 EXIT_BAD_INPUT = 2
@@ -372,3 +380,230 @@ class CannotListen(RunFailure):
     def __init__(self, port: int, reason: str, host: str = "127.0.0.1"):  # the service's only address
         self.port, self.reason, self.host = port, reason, host
         super().__init__(f"the ticket service cannot listen on {host}:{port}: {reason}")
+
+
+# --------------------------------------------------------------------------- 08_versioning: provider.py, versioning.py
+
+
+class RulesInputMissing(EvidenceRejected):
+    """An observation lacks a field (or has one of the wrong type) that a rules revision reads.
+
+    Raised by :func:`labkit.provider.assess` before any decision: stored evidence from contract
+    revision 1 cannot be re-evaluated with rules revision 2, which reads fields that revision did
+    not carry. A kind of :class:`EvidenceRejected` (rule ``rules-input``), so bad input, exit 2.
+    """
+
+    def __init__(self, incident: str, field: str, problem: str, revision: int):
+        self.revision = revision
+        super().__init__(incident, field, f"{problem}; rules revision {revision} reads it", "rules-input")
+
+
+class UnknownRulesRevision(BadInput):
+    """A rules revision this release does not have."""
+
+    def __init__(self, revision: object, known: tuple[int, ...]):  # labkit.provider.RULES_REVISIONS
+        self.revision, self.known = revision, known
+        super().__init__(f"unknown rules revision {shown(revision)}: expected one of {', '.join(map(str, known))}")
+
+
+class MigrationRefused(BadInput):
+    """A run that the migration cannot map; nothing was migrated."""
+
+    def __init__(self, incident: str, step: str, from_version: int, to_version: int, why: str):
+        self.incident, self.step, self.from_version, self.to_version = incident, step, from_version, to_version
+        super().__init__(
+            f"cannot migrate run {incident!r} at {step} from workflow version {from_version} to {to_version}: {why}; nothing was migrated"
+        )
+
+
+class NothingToReevaluate(BadInput):
+    def __init__(self, incident: str, why: str):
+        self.incident = incident
+        super().__init__(f"run {incident!r} cannot be re-evaluated: {why}")
+
+
+# --------------------------------------------------------------------------- 09_external_effects: effects.py
+
+
+class EffectNotUncertain(BadInput):
+    def __init__(self, incident: str, state: str):
+        self.incident, self.state = incident, state
+        super().__init__(f"the effect of run {incident!r} is {state}, not uncertain: only an uncertain effect is resolved by hand")
+
+
+class NoEffect(BadInput):
+    def __init__(self, incident: str):
+        self.incident = incident
+        super().__init__(f"run {incident!r} has no effect to resolve (it was run without --tickets)")
+
+
+class EffectOutcomeUnknown(RunFailure):
+    """The ticket request's outcome is unknown; the effect is recorded as uncertain."""
+
+    def __init__(self, incident: str, detail: str):
+        self.incident, self.detail = incident, detail
+        super().__init__(
+            f"the ticket for run {incident!r} may or may not exist ({detail}); recorded as uncertain: "
+            "recover reconciles it with the ticket service"
+        )
+
+
+class EffectNotDone(RunFailure):
+    """The destination did nothing (it failed before committing, or could not be reached)."""
+
+    def __init__(self, incident: str, detail: str):
+        self.incident, self.detail = incident, detail
+        super().__init__(f"the ticket for run {incident!r} was not opened ({detail}); a retry sends the same request again")
+
+
+class EffectConflict(BadInput):
+    def __init__(self, incident: str, detail: str):
+        self.incident, self.detail = incident, detail
+        super().__init__(f"the ticket service refused the request of run {incident!r} ({detail}); recorded as uncertain for a person")
+
+
+# --------------------------------------------------------------------------- 10_leases_and_fencing: leases.py
+
+
+class BadLeaseSeconds(BadInput):
+    def __init__(self, value: object, least: float, most: float):  # labkit.leases.MIN_/MAX_LEASE_SECONDS
+        self.value, self.least, self.most = value, least, most
+        super().__init__(f"a lease of {shown(value)} seconds: expected a number of seconds from {least:g} to {most:g}")
+
+
+class BadWorkerName(BadInput):
+    def __init__(self, name: object, longest: int):  # labkit.leases.MAX_WORKER_NAME
+        self.name, self.longest = name, longest
+        super().__init__(f"worker name {shown(name)}: expected 1 to {longest} printable characters")
+
+
+class RunCompleted(BadInput):
+    """A claim of a run that is already ``report_completed``: there is nothing left to lease."""
+
+    def __init__(self, incident: str):
+        self.incident = incident
+        super().__init__(f"run {incident!r} is already report_completed: there is nothing to lease")
+
+
+class LeaseHeld(RunFailure):
+    """A claim of a run whose lease is live: it may be taken over once that lease expires."""
+
+    def __init__(self, incident: str, token: int, worker: str, expires_at: str):
+        self.incident, self.token, self.worker, self.expires_at = incident, token, worker, expires_at
+        super().__init__(
+            f"run {incident!r} is leased to {worker!r} (token {token}) until {expires_at}; it can be taken over after that"
+        )
+
+
+class LeaseExpired(RunFailure):
+    """A renewal after the lease expired: a lapsed lease is claimed again, with a new token."""
+
+    def __init__(self, incident: str, token: int, expires_at: str, now: str):
+        self.incident, self.token, self.expires_at, self.now = incident, token, expires_at, now
+        super().__init__(
+            f"lease token {token} on run {incident!r} expired at {expires_at} (it is now {now}): "
+            "it cannot be renewed; claim the run again"
+        )
+
+
+class LeaseEnded(BadInput):
+    """A renewal of a lease that ended (its run completed, or it was released)."""
+
+    def __init__(self, incident: str, token: int, ended: str):
+        self.incident, self.token, self.ended = incident, token, ended
+        super().__init__(f"lease token {token} on run {incident!r} has ended ({ended}); there is nothing to renew")
+
+
+class NotLeaseHolder(BadInput):
+    """A worker presented a token it was never given: a programming error, not a race."""
+
+    def __init__(self, incident: str, token: int, holder: str, worker: str):
+        self.incident, self.token, self.holder, self.worker = incident, token, holder, worker
+        super().__init__(f"lease token {token} on run {incident!r} belongs to {holder!r}, not to {worker!r}")
+
+
+class StaleLease(RunFailure):
+    """A renewal or a commit under a lease that is no longer the run's, or from a state that is gone.
+
+    ``token`` is the worker's, ``current_token`` the run's latest lease (None if it never had
+    one); ``expected_version`` is the state version the worker read, ``current_version`` the
+    run's now. A refused commit writes nothing but its refusal (a ``refused`` lease event):
+    its result is discarded, and the provider's own log still shows the read it came from.
+    """
+
+    def __init__(self, incident: str, action: str, token: int, current_token: int | None,
+                 expected_version: int | None = None, current_version: int | None = None):
+        self.incident, self.action, self.token, self.current_token = incident, action, token, current_token
+        self.expected_version, self.current_version = expected_version, current_version
+        current = "none" if current_token is None else str(current_token)
+        if token != current_token:
+            why = f"the run's current lease token is {current}: this lease was taken over"
+        else:
+            why = f"the lease is still token {current}, but the run moved on without it"
+        if expected_version is not None and current_version is not None:
+            why += f" (state version {current_version}, this worker read {expected_version})"
+        if action == "renewal":
+            tail = "; it cannot be renewed"
+        else:
+            tail = "; its result is discarded"
+        super().__init__(f"run {incident!r} refused the {action} under lease token {token}: {why}{tail}")
+
+
+# --------------------------------------------------------------------------- 11_capacity_and_retention: retention.py
+
+
+class BadRetentionDays(BadInput):
+    """``--older-than`` that is not a number of days from 0 to ``most``."""
+
+    def __init__(self, value: object, most: int):  # labkit.retention.MAX_RETENTION_DAYS
+        self.value, self.most = value, most
+        super().__init__(f"--older-than {shown(value)} is not a number of days from 0 to {most}")
+
+
+class VacuumFailed(RunFailure):
+    """The removal committed, but VACUUM could not run; running retain again reclaims the space."""
+
+    def __init__(self, path: str, removed: int, reason: str):
+        self.path, self.removed, self.reason = path, removed, reason
+        super().__init__(
+            f"removed {removed} raw diagnostic{'s' if removed != 1 else ''} (committed), but VACUUM of {shown(path, 200)} "
+            f"could not run ({reason}); run retain again to reclaim the space"
+        )
+
+
+# --------------------------------------------------------------------------- 13_evaluation: evaluation.py
+
+
+class BadGroundTruth(BadInput):
+    """``ground_truth.csv`` is missing or is not a usable answer key (exit 2)."""
+
+    def __init__(self, path: str | Path, reason: str):
+        self.path, self.reason = str(path), reason
+        super().__init__(f"ground truth {shown(str(path), 200)}: {reason}")
+
+
+class TicketStoreMissing(BadInput):
+    def __init__(self, path: str | Path):
+        self.path = str(path)
+        super().__init__(f"ticket store {shown(str(path), 200)} does not exist; give the file of the ticket service's --store")
+
+
+class BadScenarioRow(BadInput):
+    """A row given to :func:`labkit.evaluation.recovery_from_scenarios` lacks a count, or holds
+    something that is not one."""
+
+    def __init__(self, index: int, reason: str):
+        self.index, self.reason = index, reason
+        super().__init__(f"scenario row {index}: {reason}")
+
+
+class ScorerReadRefused(RuntimeError):
+    """A scorer's query read a table outside its list: a programming error, not a user's.
+
+    The two scores must never be computed from each other's data; the authorizer of
+    :func:`labkit.evaluation.scoped_connection` denied the read, and this names what was asked for.
+    """
+
+    def __init__(self, scorer: str, table: str, allowed: tuple[str, ...]):
+        self.scorer, self.table, self.allowed = scorer, table, allowed
+        super().__init__(f"the {scorer} scorer may read only {', '.join(allowed)}; it tried to read {table!r}")

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 
 from .contract import CONTRACT, schema_for
 from .database import open_regular_file, read_transaction
-from .errors import BadInput, NotARegularFile, shown
+from .errors import BadGroundTruth, BadScenarioRow, NotARegularFile, ScorerReadRefused, TicketStoreMissing, shown
 from .provider import DEFAULT_DATA_DIR, CallLog, call_log_for, data_dir
 from .steps import Step
 from .store import connect_readonly
@@ -75,43 +75,6 @@ GROUND_TRUTH_FILE = "ground_truth.csv"
 GROUND_TRUTH_COLUMNS = ("incident", "kind")
 #: 16 rows take about 3 KB; a file a thousand times larger is not an answer key.
 MAX_GROUND_TRUTH_BYTES = 1 << 20
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class BadGroundTruth(BadInput):
-    """``ground_truth.csv`` is missing or is not a usable answer key (exit 2)."""
-
-    def __init__(self, path: str | Path, reason: str):
-        self.path, self.reason = str(path), reason
-        super().__init__(f"ground truth {shown(str(path), 200)}: {reason}")
-
-
-class TicketStoreMissing(BadInput):
-    def __init__(self, path: str | Path):
-        self.path = str(path)
-        super().__init__(f"ticket store {shown(str(path), 200)} does not exist; give the file of the ticket service's --store")
-
-
-class BadScenarioRow(BadInput):
-    """A row given to :func:`recovery_from_scenarios` lacks a count, or holds something that is not one."""
-
-    def __init__(self, index: int, reason: str):
-        self.index, self.reason = index, reason
-        super().__init__(f"scenario row {index}: {reason}")
-
-
-class ScorerReadRefused(RuntimeError):
-    """A scorer's query read a table outside its list: a programming error, not a user's.
-
-    The two scores must never be computed from each other's data; the authorizer of
-    :func:`scoped_connection` denied the read, and this names what was asked for.
-    """
-
-    def __init__(self, scorer: str, table: str, allowed: tuple[str, ...]):
-        self.scorer, self.table, self.allowed = scorer, table, allowed
-        super().__init__(f"the {scorer} scorer may read only {', '.join(allowed)}; it tried to read {table!r}")
 
 
 # --------------------------------------------------------------------------- the fence between them

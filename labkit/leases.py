@@ -51,7 +51,19 @@ from pathlib import Path
 from .clock import Clock, iso_milliseconds, parse_instant
 from .coordinator import check_run_version
 from .database import read_transaction, require_write_transaction, transaction
-from .errors import BadInput, RunFailure, StaleTransition, StepOrderError, UnknownRun, shown
+from .errors import (
+    BadLeaseSeconds,
+    BadWorkerName,
+    LeaseEnded,
+    LeaseExpired,
+    LeaseHeld,
+    NotLeaseHolder,
+    RunCompleted,
+    StaleLease,
+    StaleTransition,
+    StepOrderError,
+    UnknownRun,
+)
 from .steps import Step
 from .store import Fence, advance_txn, connect_readonly, find_run_txn
 
@@ -117,111 +129,22 @@ class LeaseEvent:
     detail: str
 
 
-# --------------------------------------------------------------------------- errors
-
-
-class BadLeaseSeconds(BadInput):
-    def __init__(self, value: object):
-        self.value = value
-        super().__init__(
-            f"a lease of {shown(value)} seconds: expected a number of seconds from {MIN_LEASE_SECONDS:g} to {MAX_LEASE_SECONDS:g}"
-        )
-
-
-class BadWorkerName(BadInput):
-    def __init__(self, name: object):
-        self.name = name
-        super().__init__(f"worker name {shown(name)}: expected 1 to {MAX_WORKER_NAME} printable characters")
-
-
-class RunCompleted(BadInput):
-    """A claim of a run that is already ``report_completed``: there is nothing left to lease."""
-
-    def __init__(self, incident: str):
-        self.incident = incident
-        super().__init__(f"run {incident!r} is already report_completed: there is nothing to lease")
-
-
-class LeaseHeld(RunFailure):
-    """A claim of a run whose lease is live: it may be taken over once that lease expires."""
-
-    def __init__(self, incident: str, token: int, worker: str, expires_at: str):
-        self.incident, self.token, self.worker, self.expires_at = incident, token, worker, expires_at
-        super().__init__(
-            f"run {incident!r} is leased to {worker!r} (token {token}) until {expires_at}; it can be taken over after that"
-        )
-
-
-class LeaseExpired(RunFailure):
-    """A renewal after the lease expired: a lapsed lease is claimed again, with a new token."""
-
-    def __init__(self, incident: str, token: int, expires_at: str, now: str):
-        self.incident, self.token, self.expires_at, self.now = incident, token, expires_at, now
-        super().__init__(
-            f"lease token {token} on run {incident!r} expired at {expires_at} (it is now {now}): "
-            "it cannot be renewed; claim the run again"
-        )
-
-
-class LeaseEnded(BadInput):
-    """A renewal of a lease that ended (its run completed, or it was released)."""
-
-    def __init__(self, incident: str, token: int, ended: str):
-        self.incident, self.token, self.ended = incident, token, ended
-        super().__init__(f"lease token {token} on run {incident!r} has ended ({ended}); there is nothing to renew")
-
-
-class NotLeaseHolder(BadInput):
-    """A worker presented a token it was never given: a programming error, not a race."""
-
-    def __init__(self, incident: str, token: int, holder: str, worker: str):
-        self.incident, self.token, self.holder, self.worker = incident, token, holder, worker
-        super().__init__(f"lease token {token} on run {incident!r} belongs to {holder!r}, not to {worker!r}")
-
-
-class StaleLease(RunFailure):
-    """A renewal or a commit under a lease that is no longer the run's, or from a state that is gone.
-
-    ``token`` is the worker's, ``current_token`` the run's latest lease (None if it never had
-    one); ``expected_version`` is the state version the worker read, ``current_version`` the
-    run's now. A refused commit writes nothing but its refusal (a ``refused`` lease event):
-    its result is discarded, and the provider's own log still shows the read it came from.
-    """
-
-    def __init__(self, incident: str, action: str, token: int, current_token: int | None,
-                 expected_version: int | None = None, current_version: int | None = None):
-        self.incident, self.action, self.token, self.current_token = incident, action, token, current_token
-        self.expected_version, self.current_version = expected_version, current_version
-        current = "none" if current_token is None else str(current_token)
-        if token != current_token:
-            why = f"the run's current lease token is {current}: this lease was taken over"
-        else:
-            why = f"the lease is still token {current}, but the run moved on without it"
-        if expected_version is not None and current_version is not None:
-            why += f" (state version {current_version}, this worker read {expected_version})"
-        if action == "renewal":
-            tail = "; it cannot be renewed"
-        else:
-            tail = "; its result is discarded"
-        super().__init__(f"run {incident!r} refused the {action} under lease token {token}: {why}{tail}")
-
-
 # --------------------------------------------------------------------------- checks of input
 
 
 def check_lease_seconds(value: object) -> float:
     """``value`` as a time to live in seconds, or BadLeaseSeconds (NaN, infinity, a bool, out of range)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise BadLeaseSeconds(value)
+        raise BadLeaseSeconds(value, MIN_LEASE_SECONDS, MAX_LEASE_SECONDS)
     seconds = float(value)
     if not (math.isfinite(seconds) and MIN_LEASE_SECONDS <= seconds <= MAX_LEASE_SECONDS):
-        raise BadLeaseSeconds(value)
+        raise BadLeaseSeconds(value, MIN_LEASE_SECONDS, MAX_LEASE_SECONDS)
     return seconds
 
 
 def check_worker_name(name: object) -> str:
     if not isinstance(name, str) or not 0 < len(name) <= MAX_WORKER_NAME or not name.isprintable():
-        raise BadWorkerName(name)
+        raise BadWorkerName(name, MAX_WORKER_NAME)
     return name
 
 

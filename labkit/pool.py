@@ -39,8 +39,8 @@ from .clock import Clock, SystemClock, parse_instant
 from .coordinator import WORKFLOW_VERSION, check_run_version
 from .crashpoints import LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint
 from .database import check_path, read_transaction, transaction, translate
-from .errors import BadWorkOption, LabError, RunFailure, UnknownCrashPoint, UnknownIncident, error_line, one_line, report
-from .leases import StaleLease, backlog_txn, check_lease_seconds, latest_token_txn
+from .errors import BadWorkOption, LabError, RunFailure, StaleLease, UnknownCrashPoint, UnknownIncident, error_line, one_line, report
+from .leases import backlog_txn, check_lease_seconds, latest_token_txn
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .steps import Step
 from .store import connect, create_run_txn, list_runs_txn

@@ -31,16 +31,15 @@ from .contract import CONTRACT
 from .database import open_regular_file
 from .errors import (
     BadDatabasePath,
-    BadInput,
     BadSetting,
     CorruptCallLog,
     DataFolderMissing,
-    EvidenceRejected,
     NotADatabase,
     NotARegularFile,
     ProviderUnavailable,
+    RulesInputMissing,
     UnknownIncident,
-    shown,
+    UnknownRulesRevision,
 )
 from .jsontext import JsonProblem, strict_loads
 
@@ -413,32 +412,10 @@ UNEXPLAINED_RATE = 0.5
 _SERVING = ("running", "flow")
 
 
-class RulesInputMissing(EvidenceRejected):
-    """An observation lacks a field (or has one of the wrong type) that a rules revision reads.
-
-    Raised by :func:`assess` before any decision: stored evidence from contract revision 1
-    cannot be re-evaluated with rules revision 2, which reads fields that revision did not carry.
-    A kind of :class:`~labkit.errors.EvidenceRejected` (rule ``rules-input``), so bad input, exit 2.
-    """
-
-    def __init__(self, incident: str, field: str, problem: str, revision: int):
-        self.revision = revision
-        super().__init__(incident, field, f"{problem}; rules revision {revision} reads it", "rules-input")
-
-
-class UnknownRulesRevision(BadInput):
-    """A rules revision this release does not have."""
-
-    def __init__(self, revision: object):
-        self.revision = revision
-        known = ", ".join(map(str, RULES_REVISIONS))
-        super().__init__(f"unknown rules revision {shown(revision)}: expected one of {known}")
-
-
 def check_rules_revision(revision: object) -> int:
     """``revision`` if this release has it; otherwise UnknownRulesRevision."""
     if type(revision) is not int or revision not in RULES_REVISIONS:
-        raise UnknownRulesRevision(revision)
+        raise UnknownRulesRevision(revision, RULES_REVISIONS)
     return revision
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from .clock import Clock, parse_instant
 from .database import read_transaction, require_write_transaction, transaction, translate
 from .effects import OWED
-from .errors import BadInput, InconsistentRun, RunFailure, UnknownRun, shown
+from .errors import BadRetentionDays, InconsistentRun, UnknownRun, VacuumFailed
 from .jsontext import sha256_hex
 from .store import connect, connect_readonly
 
@@ -121,40 +121,21 @@ def redactions_of(db: str | Path | sqlite3.Connection, incident: str | None = No
 # --------------------------------------------------------------------------- retention
 
 
-class BadRetentionDays(BadInput):
-    """``--older-than`` that is not a number of days from 0 to MAX_RETENTION_DAYS."""
-
-    def __init__(self, value: object):
-        self.value = value
-        super().__init__(f"--older-than {shown(value)} is not a number of days from 0 to {MAX_RETENTION_DAYS}")
-
-
-class VacuumFailed(RunFailure):
-    """The removal committed, but VACUUM could not run; running retain again reclaims the space."""
-
-    def __init__(self, path: str, removed: int, reason: str):
-        self.path, self.removed, self.reason = path, removed, reason
-        super().__init__(
-            f"removed {removed} raw diagnostic{'s' if removed != 1 else ''} (committed), but VACUUM of {shown(path, 200)} "
-            f"could not run ({reason}); run retain again to reclaim the space"
-        )
-
-
 def check_days(value: object) -> float:
     """``value`` as a number of days, or :class:`BadRetentionDays`: negative, NaN, infinite, not a number."""
     if isinstance(value, bool):
-        raise BadRetentionDays(value)
+        raise BadRetentionDays(value, MAX_RETENTION_DAYS)
     if isinstance(value, str):
         try:
             number = float(value.strip()) if value.strip() else math.nan
         except ValueError:
-            raise BadRetentionDays(value) from None
+            raise BadRetentionDays(value, MAX_RETENTION_DAYS) from None
     elif isinstance(value, (int, float)):
         number = float(value)
     else:
-        raise BadRetentionDays(value)
+        raise BadRetentionDays(value, MAX_RETENTION_DAYS)
     if not 0 <= number <= MAX_RETENTION_DAYS:  # also refuses NaN
-        raise BadRetentionDays(value)
+        raise BadRetentionDays(value, MAX_RETENTION_DAYS)
     return number
 
 

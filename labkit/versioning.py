@@ -42,28 +42,12 @@ from .assessments import DECISION_INPUTS, Assessment, latest_assessment_txn, rec
 from .clock import Clock
 from .coordinator import SUPPORTED_VERSIONS, check_supported
 from .database import read_transaction, require_write_transaction, transaction
-from .errors import BadInput, UnknownRun, UnsupportedVersion
+from .errors import BadInput, MigrationRefused, NothingToReevaluate, UnknownRun, UnsupportedVersion
 from .jsontext import canonical_json
 from .steps import Step
 from .store import connect, connect_readonly, find_run_txn, list_runs_txn, load_evidence_txn
 
 #: The migration log's table is in labkit.schema (MIGRATIONS_TABLE_V3).
-
-
-class MigrationRefused(BadInput):
-    """A run that the migration cannot map; nothing was migrated."""
-
-    def __init__(self, incident: str, step: str, from_version: int, to_version: int, why: str):
-        self.incident, self.step, self.from_version, self.to_version = incident, step, from_version, to_version
-        super().__init__(
-            f"cannot migrate run {incident!r} at {step} from workflow version {from_version} to {to_version}: {why}; nothing was migrated"
-        )
-
-
-class NothingToReevaluate(BadInput):
-    def __init__(self, incident: str, why: str):
-        self.incident = incident
-        super().__init__(f"run {incident!r} cannot be re-evaluated: {why}")
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,10 @@ from .clock import Clock, SystemClock
 from .coordinator import WORKFLOW_VERSION, completion_decision_txn, issue_completion_txn, record_evidence_txn
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import transaction
-from .errors import InconsistentRun, LabError, StepOrderError
+from .errors import InconsistentRun, LabError, LeaseEnded, LeaseExpired, StaleLease, StepOrderError
 from .leases import (
     FENCE,
     Lease,
-    LeaseEnded,
-    LeaseExpired,
-    StaleLease,
     check_lease_seconds,
     check_worker_name,
     claim,
@@ -199,7 +196,7 @@ class LeasedWorker:
     def commit_evidence(self, lease: Lease, reading: CheckedReading) -> Lease:
         """Commit the evidence and the step, fenced; return the lease at ``evidence_recorded``.
 
-        Raises :class:`~labkit.leases.StaleLease` if the fence refuses: the evidence is
+        Raises :class:`~labkit.errors.StaleLease` if the fence refuses: the evidence is
         discarded, and only the refusal is written.
         """
         refused: StaleLease | None = None

@@ -38,8 +38,8 @@ from ..contract import CONTRACT, check_evidence
 from ..coordinator import Coordinator, DriveResult
 from ..crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from ..database import read_transaction, transaction
-from ..effects import TICKET_TIMEOUT, Effect, EffectNotDone, Tickets, find_effect_txn
-from ..errors import InconsistentRun, StepOrderError, UnknownBug
+from ..effects import TICKET_TIMEOUT, Effect, Tickets, find_effect_txn
+from ..errors import EffectNotDone, InconsistentRun, StepOrderError, UnknownBug
 from ..jsontext import canonical_json
 from ..provider import ReadAdapter
 from ..receipts import Receipt, find_receipt_txn, issue_receipt_txn

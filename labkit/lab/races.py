@@ -14,7 +14,8 @@ from pathlib import Path
 from ..clock import ManualClock
 from ..coordinator import WORKFLOW_VERSION
 from ..database import read_transaction, transaction
-from ..leases import FENCE, LeaseEvent, StaleLease, lease_events_txn
+from ..errors import StaleLease
+from ..leases import FENCE, LeaseEvent, lease_events_txn
 from ..provider import CallLog, ReadAdapter, ReferenceProvider, call_log_for
 from ..store import connect, create_run_txn
 from ..worker import LeasedResult, LeasedWorker
@@ -38,7 +39,7 @@ def stale_worker_race(db: str | Path, incident: str, clock: ManualClock, *, leas
     Deterministic: the two workers are two connections in this process, and ``clock`` (a
     :class:`~labkit.clock.ManualClock` both share) is moved past A's lease by hand. The
     provider is read twice (its log shows both), the run ends with B's one receipt, and A's
-    commit is refused with :class:`~labkit.leases.StaleLease`. With a ``condition`` weaker
+    commit is refused with :class:`~labkit.errors.StaleLease`. With a ``condition`` weaker
     than :data:`~labkit.leases.FENCE`, A's commit may get through instead: then this raises
     AssertionError, which is what 10_leases_and_fencing's exercise checks.
     """

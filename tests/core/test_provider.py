@@ -8,7 +8,8 @@ import os
 import pytest
 
 import labkit
-from labkit.provider import CallLog, UnknownRulesRevision, assess, data_dir, list_incidents
+from labkit.errors import UnknownRulesRevision
+from labkit.provider import CallLog, assess, data_dir, list_incidents
 
 INC = "INC-1005"
 

@@ -9,6 +9,7 @@ imported to check it.
 from __future__ import annotations
 
 import ast
+import builtins
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "labkit"
@@ -156,6 +157,11 @@ def test_the_schema_imports_nothing_from_labkit():
     assert import_graph()["labkit.schema"] == set()
 
 
+def test_the_errors_import_nothing_from_labkit():
+    """Every module raises them, so labkit.errors must stand below every module."""
+    assert import_graph()["labkit.errors"] == set()
+
+
 def test_store_imports_no_later_lesson():
     later = {"labkit.effects", "labkit.leases", "labkit.receipts", "labkit.retention", "labkit.versioning"}
     assert not import_graph()["labkit.store"] & later
@@ -253,3 +259,35 @@ def test_no_module_but_the_entry_points_imports_labkit_late():
             line = int(where.rpartition(":")[2])
             nearby = " ".join(source[line - 4:line])
             assert "#" in nearby, f"{where}: a late import says why in a comment"
+
+
+#: Exceptions of the core and the mechanisms that are not errors labkit raises to its caller:
+#: the strict JSON reader's finding, which the evidence contract turns into EvidenceRejected.
+NOT_RAISED_OUT = {"labkit.jsontext.JsonProblem"}
+
+
+def _exception_classes(path: Path, exception_names: set[str]) -> list[str]:
+    """The module's top-level classes whose base is one of ``exception_names``."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    return [
+        node.name for node in tree.body
+        if isinstance(node, ast.ClassDef) and any(ast.unparse(base) in exception_names for base in node.bases)
+    ]
+
+
+def test_every_error_of_the_core_and_the_mechanisms_is_defined_in_labkit_errors():
+    """One file lists every refusal of the workflow and its mechanisms (the lab's and the engines'
+    own stay beside them). A class is an exception if its base is a builtin one or one of
+    labkit.errors'."""
+    modules = _modules()
+    errors = modules["labkit.errors"]
+    builtin = {name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)}
+    defined = {node.name for node in ast.parse(errors.read_text(encoding="utf-8")).body if isinstance(node, ast.ClassDef)}
+    assert {"LabError", "StaleLease", "ScorerReadRefused"} <= defined  # the check reads the right file
+    elsewhere = [
+        f"{name}.{cls}"
+        for name in sorted((CORE | MECHANISMS) - {"labkit.errors"})
+        for cls in _exception_classes(modules[name], builtin | defined)
+    ]
+    assert sorted(set(elsewhere) - NOT_RAISED_OUT) == [], "define these in labkit/errors.py"
+    assert sorted(NOT_RAISED_OUT - set(elsewhere)) == [], "gone: remove them from NOT_RAISED_OUT"

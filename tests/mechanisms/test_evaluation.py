@@ -24,12 +24,10 @@ import pytest
 
 import labkit
 from labkit import evaluation
+from labkit.errors import BadGroundTruth, BadScenarioRow, ScorerReadRefused
 from labkit.evaluation import (
     RECOVERY_TABLES,
     TASK_TABLES,
-    BadGroundTruth,
-    BadScenarioRow,
-    ScorerReadRefused,
     load_ground_truth,
     recovery_from_scenarios,
     recovery_score,

@@ -19,21 +19,28 @@ import pytest
 import labkit
 from labkit.clock import ManualClock
 from labkit.database import read_transaction, transaction
-from labkit.errors import BadInput, DatabaseUnavailable, InjectedFailure, RunFailure, UnknownRun, WorkflowVersionMismatch
+from labkit.errors import (
+    BadInput,
+    BadLeaseSeconds,
+    BadWorkerName,
+    DatabaseUnavailable,
+    InjectedFailure,
+    LeaseEnded,
+    LeaseExpired,
+    LeaseHeld,
+    NotLeaseHolder,
+    RunCompleted,
+    RunFailure,
+    StaleLease,
+    UnknownRun,
+    WorkflowVersionMismatch,
+)
 from labkit.invariants import stale_commits_txn
 from labkit.lab.exercises import check_fenced_commit
 from labkit.lab.locks import measure_flows, measurement_table
 from labkit.lab.races import stale_worker_race
 from labkit.leases import (
     FENCE,
-    BadLeaseSeconds,
-    BadWorkerName,
-    LeaseEnded,
-    LeaseExpired,
-    LeaseHeld,
-    NotLeaseHolder,
-    RunCompleted,
-    StaleLease,
     claim,
     latest_token_txn,
     lease_events_txn,

@@ -19,11 +19,12 @@ import pytest
 
 import labkit
 from labkit.database import transaction
+from labkit.errors import BadRetentionDays
 from labkit.evidence import MAX_DIAGNOSTIC_BYTES, SUMMARY_LIMIT, bound_evidence, check_summary_size, store_bounded_txn
 from labkit.lab.lesson import restart_answers
 from labkit.lab.naive import TwoCommitCoordinator
 from labkit.provider import Reading
-from labkit.retention import BadRetentionDays, check_days, diagnostic_of, retain
+from labkit.retention import check_days, diagnostic_of, retain
 
 KILLED = -signal.SIGKILL
 LATER = {"LABKIT_CLOCK": "2026-04-15T00:00:00Z"}  # six weeks after the lessons' pinned instant
@@ -253,7 +254,7 @@ def test_a_vacuum_that_cannot_run_is_a_failure_a_retry_cures(lab, conn, monkeypa
         def someone_writes() -> None:
             other.execute("BEGIN IMMEDIATE")
 
-        with pytest.raises(labkit.retention.VacuumFailed) as failed:
+        with pytest.raises(labkit.errors.VacuumFailed) as failed:
             retain(lab.db, 0, clock, before_vacuum=someone_writes)
         other.execute("ROLLBACK")
     assert failed.value.exit_code == 1 and "removed 2 raw diagnostics (committed)" in str(failed.value)

@@ -16,11 +16,10 @@ import pytest
 
 import labkit
 from labkit.contract import schema_for
+from labkit.errors import RulesInputMissing, UnknownRulesRevision
 from labkit.provider import (
     LATEST_RULES_REVISION,
     RULES_REVISIONS,
-    RulesInputMissing,
-    UnknownRulesRevision,
     assess,
     diagnose,
     observation_of,

@@ -36,8 +36,9 @@ import pytest
 
 import labkit
 from labkit.clock import SystemClock
+from labkit.errors import StaleLease
 from labkit.lab.processes import child_env
-from labkit.leases import StaleLease, leases_txn
+from labkit.leases import leases_txn
 from labkit.worker import LeasedWorker
 
 INCIDENTS = labkit.list_incidents()

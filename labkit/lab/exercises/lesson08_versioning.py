@@ -7,9 +7,10 @@ import sqlite3
 from collections.abc import Callable
 from contextlib import closing
 
+from ...errors import MigrationRefused
 from ...recovery import recover
 from ...steps import Step
-from ...versioning import MigrationRefused, migrate, reevaluate
+from ...versioning import migrate, reevaluate
 from ..workspace import Workspace
 from .runner import changed_tables, clear_trials, new_trial, one_line, own_work, source_of, tables_of
 

@@ -10,8 +10,9 @@ from dataclasses import replace
 from ...clock import ManualClock
 from ...coordinator import WORKFLOW_VERSION
 from ...database import transaction
+from ...errors import StaleLease
 from ...invariants import stale_commits_txn
-from ...leases import Lease, StaleLease
+from ...leases import Lease
 from ...store import create_run_txn
 from ...worker import CheckedReading, LeasedWorker
 from ..processes import labkit_cli

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from ...effects import Tickets
-from ...evaluation import TASK_TABLES, ScorerReadRefused, load_ground_truth, scoped_connection, task_score
+from ...errors import ScorerReadRefused
+from ...evaluation import TASK_TABLES, load_ground_truth, scoped_connection, task_score
 from ...provider import list_incidents
 from ...recovery import recover
 from ...versioning import reevaluate
