@@ -388,7 +388,7 @@ class CannotListen(RunFailure):
 class RulesInputMissing(EvidenceRejected):
     """An observation lacks a field (or has one of the wrong type) that a rules revision reads.
 
-    Raised by :func:`labkit.provider.assess` before any decision: stored evidence from contract
+    Raised by :func:`labkit.rules.assess` before any decision: stored evidence from contract
     revision 1 cannot be re-evaluated with rules revision 2, which reads fields that revision did
     not carry. A kind of :class:`EvidenceRejected` (rule ``rules-input``), so bad input, exit 2.
     """
@@ -401,7 +401,7 @@ class RulesInputMissing(EvidenceRejected):
 class UnknownRulesRevision(BadInput):
     """A rules revision this release does not have."""
 
-    def __init__(self, revision: object, known: tuple[int, ...]):  # labkit.provider.RULES_REVISIONS
+    def __init__(self, revision: object, known: tuple[int, ...]):  # labkit.rules.RULES_REVISIONS
         self.revision, self.known = revision, known
         super().__init__(f"unknown rules revision {shown(revision)}: expected one of {', '.join(map(str, known))}")
 

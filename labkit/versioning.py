@@ -37,7 +37,7 @@ from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import provider
+from . import rules
 from .assessments import DECISION_INPUTS, Assessment, latest_assessment_txn, record_assessment_txn
 from .clock import Clock
 from .coordinator import SUPPORTED_VERSIONS, check_supported
@@ -162,9 +162,9 @@ def reevaluate(db: str | Path, incident: str, reason: str, clock: Clock, rules_r
     """
     if not reason.strip():
         raise NothingToReevaluate(incident, "a re-evaluation needs a reason (--reason TEXT): it is a decision someone made")
-    revision = provider.LATEST_RULES_REVISION if rules_revision is None else rules_revision
-    if revision not in provider.RULES_REVISIONS:
-        known = ", ".join(map(str, provider.RULES_REVISIONS))
+    revision = rules.LATEST_RULES_REVISION if rules_revision is None else rules_revision
+    if revision not in rules.RULES_REVISIONS:
+        known = ", ".join(map(str, rules.RULES_REVISIONS))
         raise NothingToReevaluate(incident, f"there is no rules revision {revision} (known: {known})")
     with closing(connect(db, create=False)) as conn, transaction(conn):
         if find_run_txn(conn, incident) is None:
@@ -173,13 +173,13 @@ def reevaluate(db: str | Path, incident: str, reason: str, clock: Clock, rules_r
         if evidence is None:
             raise NothingToReevaluate(incident, "it has no committed evidence yet (it is at not_inspected); run or recover it first")
         observation = {key: value for key, value in evidence.body.items() if key != "diagnosis"}
-        diagnosis = provider.assess(observation, revision)
+        diagnosis = rules.assess(observation, revision)
         if latest_assessment_txn(conn, incident) is None:
             # A run inspected before assessments existed (workflow version 1): its evidence's own
             # diagnosis is the original decision; record it first, so the new one stands beside it.
             original_inputs = {name: getattr(evidence, name) for name in DECISION_INPUTS}
             record_assessment_txn(conn, incident, "inspection", evidence.body["diagnosis"], original_inputs, clock)
         inputs = {
-            "provider": provider.REFERENCE_PROVIDER, "rules_revision": revision, "prompt_revision": None, "contract": evidence.contract,
+            "provider": rules.REFERENCE_PROVIDER, "rules_revision": revision, "prompt_revision": None, "contract": evidence.contract,
         }
         return record_assessment_txn(conn, incident, "reevaluation", diagnosis, inputs, clock, reason=reason)

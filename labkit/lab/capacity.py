@@ -63,10 +63,11 @@ from ..database import check_path, open_database, read_transaction, set_wal, tra
 from ..errors import BadInput, shown
 from ..evidence import BoundedEvidence, bound_evidence, location_for, record_redactions_txn, store_bounded_txn
 from ..jsontext import canonical_json, sha256_hex
-from ..provider import REFERENCE_PROVIDER, ReferenceProvider, list_incidents
+from ..provider import ReferenceProvider, list_incidents
 from ..receipts import issue_receipt_txn, receipt_id_for
 from ..report import build_report
 from ..retention import database_bytes, retain_txn
+from ..rules import REFERENCE_PROVIDER
 from ..steps import Step
 from ..store import TABLES, Evidence, advance_txn, connect, connect_readonly, create_run_txn, store_evidence_txn
 

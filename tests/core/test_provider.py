@@ -9,7 +9,8 @@ import pytest
 
 import labkit
 from labkit.errors import UnknownRulesRevision
-from labkit.provider import CallLog, assess, data_dir, list_incidents
+from labkit.provider import CallLog, data_dir, list_incidents
+from labkit.rules import assess
 
 INC = "INC-1005"
 

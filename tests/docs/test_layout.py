@@ -123,7 +123,7 @@ CORE = {
     "labkit.assessments", "labkit.children", "labkit.clock", "labkit.contract", "labkit.coordinator",
     "labkit.crashpoints", "labkit.database", "labkit.errors", "labkit.evidence", "labkit.invariants",
     "labkit.jsontext", "labkit.provider", "labkit.receipts", "labkit.recovery", "labkit.redaction",
-    "labkit.report", "labkit.schema", "labkit.status", "labkit.steps", "labkit.store",
+    "labkit.report", "labkit.rules", "labkit.schema", "labkit.status", "labkit.steps", "labkit.store",
 }
 #: The later lessons' mechanisms (08-13): they may import the core and one another.
 MECHANISMS = {

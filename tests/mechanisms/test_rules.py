@@ -17,13 +17,8 @@ import pytest
 import labkit
 from labkit.contract import schema_for
 from labkit.errors import RulesInputMissing, UnknownRulesRevision
-from labkit.provider import (
-    LATEST_RULES_REVISION,
-    RULES_REVISIONS,
-    assess,
-    diagnose,
-    observation_of,
-)
+from labkit.provider import diagnose, observation_of
+from labkit.rules import LATEST_RULES_REVISION, RULES_REVISIONS, assess
 
 DATA = Path(labkit.__file__).resolve().parent.parent / "data"
 IDS = sorted(path.stem for path in (DATA / "incidents").glob("INC-*.json"))

@@ -1,0 +1,246 @@
+"""The reference provider's diagnosis rules: what an observation of a queue and its nodes means.
+
+Deterministic functions of an observation (a contract response without its diagnosis), in
+revisions: revision 1 is what the lab shipped first, revision 2 reads more of the observation
+(08_versioning re-evaluates stored evidence with it). The provider (:mod:`labkit.provider`)
+applies them to build its answer; a re-evaluation (:mod:`labkit.versioning`) applies them to
+stored evidence, never asking the provider again. A real adapter could put a model here.
+"""
+
+from __future__ import annotations
+
+from .errors import RulesInputMissing, UnknownRulesRevision
+
+#: The reference provider's identity, as recorded in every piece of evidence's decision inputs.
+REFERENCE_PROVIDER = "reference-rules"
+#: The rule revisions this release can apply; re-evaluation defaults to the newest.
+RULES_REVISIONS = (1, 2)
+LATEST_RULES_REVISION = RULES_REVISIONS[-1]
+
+#: Rules 2: a node using this share of its memory high watermark is at the edge of the alarm.
+MEMORY_EDGE = 0.95
+#: Rules 2: messages per second that publish - ack - d(messages)/dt may leave unexplained before
+#: they count as lost. The three rates are each rounded to 0.1/s, so they can disagree by 0.15.
+UNEXPLAINED_RATE = 0.5
+#: Queue states in which a queue is serving (RabbitMQ 3.13: classic running/flow).
+_SERVING = ("running", "flow")
+
+
+def check_rules_revision(revision: object) -> int:
+    """``revision`` if this release has it; otherwise UnknownRulesRevision."""
+    if type(revision) is not int or revision not in RULES_REVISIONS:
+        raise UnknownRulesRevision(revision, RULES_REVISIONS)
+    return revision
+
+
+def assess(observation: dict, revision: int) -> dict:
+    """Apply rules revision ``revision`` to an observation; return ``{"kind", "summary", "signals"}``.
+
+    The observation is a contract response without its diagnosis (:func:`observation_of` of a
+    snapshot, or stored evidence). Deterministic: the same observation and revision always give
+    the same answer. A field the revision reads that is missing or of the wrong type raises
+    RulesInputMissing, naming it.
+    """
+    rules = {1: _rules_1, 2: _rules_2}[check_rules_revision(revision)]
+    return rules(_Reader(observation, revision))
+
+
+class _Reader:
+    """Typed access to an observation's fields; a missing or mistyped one is RulesInputMissing.
+
+    ``source`` reads inside a part already fetched (one entry of ``nodes``), ``where`` is that
+    part's own path, so the error names the field in full (``nodes.2.disk_free_alarm``).
+    """
+
+    def __init__(self, observation: object, revision: int):
+        self.observation, self.revision = observation, revision
+        incident = observation.get("incident") if isinstance(observation, dict) else None
+        self.incident = incident if isinstance(incident, str) else "(unknown)"
+
+    def _missing(self, field: str, problem: str) -> RulesInputMissing:
+        return RulesInputMissing(self.incident, field, problem, self.revision)
+
+    def get(self, dotted: str, source: object = None, where: str = "") -> object:
+        value = self.observation if source is None else source
+        field = f"{where}.{dotted}" if where else dotted
+        for part in dotted.split("."):
+            if not isinstance(value, dict):
+                raise self._missing(field, "is not an object")
+            if part not in value:
+                raise self._missing(field, "is missing")
+            value = value[part]
+        return value
+
+    def number(self, dotted: str, source: object = None, where: str = "") -> float:
+        value = self.get(dotted, source, where)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+            raise self._missing(f"{where}.{dotted}" if where else dotted, "is not a number")
+        return value
+
+    def count(self, dotted: str) -> int:
+        value = self.get(dotted)
+        if type(value) is not int or value < 0:
+            raise self._missing(dotted, "is not a count")
+        return value
+
+    def flag(self, dotted: str, source: object = None, where: str = "") -> bool:
+        value = self.get(dotted, source, where)
+        if not isinstance(value, bool):
+            raise self._missing(f"{where}.{dotted}" if where else dotted, "is not true or false")
+        return value
+
+    def text(self, dotted: str, source: object = None, where: str = "") -> str:
+        value = self.get(dotted, source, where)
+        if not isinstance(value, str):
+            raise self._missing(f"{where}.{dotted}" if where else dotted, "is not a string")
+        return value
+
+    def rate(self, name: str) -> float:
+        return self.number(f"queue.message_stats.{name}_details.rate")
+
+
+def _rules_1(o: _Reader) -> dict:
+    """Rules revision 1, first match wins. Deliberately simple, and wrong on two incidents.
+
+    They look only at the host node and one snapshot, read ``flow`` as memory pressure, and
+    cannot see zombie consumers or poison messages that the broker dead-letters quietly;
+    13_evaluation scores them against ground truth. Unchanged since labkit 0.1.
+    """
+    node_name, mem_alarm = o.text("node.name"), o.flag("node.mem_alarm")
+    name, state = o.text("queue.name"), o.text("queue.state")
+    publish, deliver, ack, redeliver = o.rate("publish"), o.rate("deliver_get"), o.rate("ack"), o.rate("redeliver")
+    consumers, ready = o.count("queue.consumers"), o.count("queue.messages_ready")
+    unacked = o.count("queue.messages_unacknowledged")
+    if mem_alarm:
+        kind, summary = "memory_alarm", f"{node_name} is over its memory limit; publishers to {name} are blocked"
+        signals = ["mem_alarm=true", f"state={state}"]
+    elif state == "flow":
+        # Credit flow: the broker slows publishers to this queue because it cannot keep up,
+        # which revision 1 reads as memory pressure building below the alarm.
+        kind, summary = "memory_alarm", f"publishers to {name} are throttled by credit flow on {node_name}"
+        signals = ["mem_alarm=false", "state=flow"]
+    elif consumers == 0 and ready > 0:
+        kind, summary = "consumer_outage", f"{name} has no consumers and {ready} messages waiting"
+        signals = ["consumers=0", f"messages_ready={ready}", f"publish_rate={publish}"]
+    elif redeliver > 0 and redeliver >= 0.3 * deliver:
+        kind, summary = "poison_message", f"{name} redelivers {redeliver}/s of {deliver}/s deliveries: messages keep failing"
+        signals = [f"redeliver_rate={redeliver}", f"deliver_rate={deliver}"]
+    elif unacked > 0 and ack == 0 and consumers > 0:
+        kind, summary = "stuck_consumer", f"{consumers} consumers on {name} hold {unacked} unacknowledged messages and ack none"
+        signals = [f"messages_unacknowledged={unacked}", "ack_rate=0", f"consumers={consumers}"]
+    elif publish > 1.2 * deliver and ready >= 1000:
+        kind, summary = "consumer_lag", f"{name} receives {publish}/s but delivers {deliver}/s; {ready} messages ready"
+        signals = [f"publish_rate={publish}", f"deliver_rate={deliver}", f"messages_ready={ready}"]
+    else:
+        kind, summary = "false_alarm", f"{name} is keeping up: {publish}/s in, {deliver}/s out, {ready} ready"
+        signals = [f"publish_rate={publish}", f"deliver_rate={deliver}"]
+    return {"kind": kind, "summary": summary, "signals": signals}
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _rules_2(o: _Reader) -> dict:
+    """Rules revision 2, first match wins, following RabbitMQ 3.13's documented mechanisms.
+
+    1. A memory or disk alarm on ANY node blocks publishers in the whole cluster.
+    2. No alarm, but a node at MEMORY_EDGE of its high watermark: memory pressure, the alarm at its edge.
+       (``state: flow`` alone is routine credit-flow back-pressure and is not read as memory pressure.)
+    3. A queue that is not serving (a quorum queue in minority, down or recovering; a crashed or
+       stopped classic queue) is an availability problem none of the kinds names: unknown.
+    4. No consumers and messages waiting: consumer_outage.
+    5. Consumers hold unacknowledged messages and ack none: stuck_consumer.
+    6. Consumers attached, capacity 0, nothing delivered and nothing held: zombie consumers, consumer_outage.
+    7. Redeliveries are 30% or more of deliveries: messages are requeued and fail again, poison_message.
+    8. A quorum queue with x-delivery-limit loses messages (publish - ack - d(messages)/dt > 0) while
+       redelivering: poison messages dead-lettered (or dropped) at the limit, poison_message.
+    9. Publishers outpace deliveries by 20%, 1000+ ready and growing: consumer_lag.
+    10. false_alarm only on positive evidence of health: a serving queue that is empty and quiet, or whose
+        consumers ack at least what is published while the count does not grow and nothing is unexplained.
+    11. Otherwise unknown: no rule matched is not the same as healthy.
+    """
+    nodes = o.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        raise o._missing("nodes", "is not a list of the cluster's nodes")
+    seen = []
+    for index, node in enumerate(nodes):
+        where = f"nodes.{index}"
+        if not isinstance(node, dict):
+            raise o._missing(where, "is not an object")
+        seen.append((
+            _short(o.text("name", node, where), 48), o.flag("mem_alarm", node, where), o.flag("disk_free_alarm", node, where),
+            o.number("mem_used", node, where), o.number("mem_limit", node, where),
+        ))
+    name, state, qtype = _short(o.text("queue.name")), o.text("queue.state"), o.text("queue.type")
+    arguments = o.get("queue.arguments")
+    if not isinstance(arguments, dict):
+        raise o._missing("queue.arguments", "is not an object")
+    consumers, capacity = o.count("queue.consumers"), o.number("queue.consumer_capacity")
+    messages, ready = o.count("queue.messages"), o.count("queue.messages_ready")
+    unacked, change = o.count("queue.messages_unacknowledged"), o.number("queue.messages_details.rate")
+    publish, deliver, ack, redeliver = o.rate("publish"), o.rate("deliver_get"), o.rate("ack"), o.rate("redeliver")
+    limit = arguments.get("x-delivery-limit")
+    # messages that entered the queue and neither were acknowledged nor are still in it
+    unexplained = round(publish - ack - change, 1) + 0.0
+
+    mem_alarms = [node for node, mem, _disk, _used, _limit in seen if mem]
+    disk_alarms = [node for node, _mem, disk, _used, _limit in seen if disk]
+    at_edge = [(node, used / cap) for node, _m, _d, used, cap in seen if cap > 0 and used >= MEMORY_EDGE * cap]
+    if mem_alarms or disk_alarms:
+        which = "memory" if mem_alarms else "disk"
+        kind = "memory_alarm" if mem_alarms else "disk_alarm"
+        summary = (f"{which} alarm on {', '.join((mem_alarms or disk_alarms)[:3])}: alarms are cluster-wide, "
+                   f"so publishers to {name} are blocked ({publish}/s in)")
+        signals = ([f"mem_alarm={node}" for node in mem_alarms] + [f"disk_free_alarm={node}" for node in disk_alarms])[:7]
+        signals.append(f"publish_rate={publish}")
+    elif at_edge:
+        node, share = at_edge[0]
+        kind = "memory_alarm"
+        summary = (f"{node} uses {share:.0%} of its memory high watermark: the memory alarm, which blocks publishers "
+                   f"to {name} and the whole cluster, is at its edge")
+        signals = [f"mem_used/mem_limit={share:.2f} on {node}", "mem_alarm=false", f"state={state}"]
+    elif state not in _SERVING:
+        kind = "unknown"
+        summary = f"{name} is {state}: the queue is not serving, an availability problem none of the kinds names"
+        signals = [f"state={state}", f"type={qtype}"]
+    elif consumers == 0 and ready > 0:
+        kind, summary = "consumer_outage", f"{name} has no consumers and {ready} messages waiting"
+        signals = ["consumers=0", f"messages_ready={ready}", f"publish_rate={publish}"]
+    elif consumers > 0 and unacked > 0 and ack == 0:
+        kind, summary = "stuck_consumer", f"{consumers} consumers on {name} hold {unacked} unacknowledged messages and ack none"
+        signals = [f"messages_unacknowledged={unacked}", "ack_rate=0", f"consumers={consumers}"]
+    elif consumers > 0 and ready > 0 and unacked == 0 and deliver == 0 and capacity == 0:
+        kind = "consumer_outage"
+        summary = f"{consumers} consumers are attached to {name} but take no deliveries: {ready} messages wait, none in flight"
+        signals = [f"consumers={consumers}", "consumer_capacity=0", "deliver_rate=0", "messages_unacknowledged=0",
+                   f"messages_ready={ready}"]
+    elif redeliver > 0 and redeliver >= 0.3 * deliver:
+        kind, summary = "poison_message", f"{name} redelivers {redeliver}/s of {deliver}/s deliveries: messages keep failing"
+        signals = [f"redeliver_rate={redeliver}", f"deliver_rate={deliver}"]
+    elif qtype == "quorum" and type(limit) is int and redeliver > 0 and unexplained > UNEXPLAINED_RATE:
+        target = arguments.get("x-dead-letter-exchange")
+        fate = f"dead-lettered to {_short(target, 40)!r}" if isinstance(target, str) else "dropped (no dead-letter exchange)"
+        kind = "poison_message"
+        summary = (f"{name} loses {unexplained}/s (publish - ack - change in messages) while redelivering {redeliver}/s: "
+                   f"messages fail {limit} deliveries and are {fate}")
+        signals = [f"x-delivery-limit={limit}", f"unexplained_rate={unexplained}", f"redeliver_rate={redeliver}",
+                   f"publish_rate={publish}", f"ack_rate={ack}", f"messages_rate={change}"]
+    elif publish > 1.2 * deliver and ready >= 1000 and change > 0:
+        kind, summary = "consumer_lag", f"{name} receives {publish}/s but delivers {deliver}/s; {ready} ready, growing {change}/s"
+        signals = [f"publish_rate={publish}", f"deliver_rate={deliver}", f"messages_ready={ready}", f"messages_rate={change}"]
+    elif messages == 0 and publish == 0 and deliver == 0:
+        kind, summary = "false_alarm", f"{name} is empty and quiet: nothing waits, nothing arrives, nothing is lost"
+        signals = ["messages=0", "publish_rate=0", "deliver_rate=0", f"consumers={consumers}"]
+    elif (consumers > 0 and change <= 0 and ack >= publish and redeliver <= 0.05 * deliver
+          and abs(unexplained) <= UNEXPLAINED_RATE):
+        kind = "false_alarm"
+        summary = f"{name} is keeping up: acks {ack}/s for {publish}/s in, {messages} messages, changing {change}/s"
+        signals = [f"ack_rate={ack}", f"publish_rate={publish}", f"messages_rate={change}", f"unexplained_rate={unexplained}"]
+    else:
+        kind = "unknown"
+        summary = (f"no documented mechanism matches {name} ({publish}/s in, {deliver}/s out, {messages} messages, "
+                   f"changing {change}/s), and nothing shows it healthy")
+        signals = [f"state={state}", f"consumers={consumers}", f"publish_rate={publish}", f"deliver_rate={deliver}",
+                   f"messages_rate={change}", f"unexplained_rate={unexplained}"]
+    return {"kind": kind, "summary": summary, "signals": signals}
