@@ -536,7 +536,7 @@ def _recovery_lines(score: RecoveryScore) -> list[str]:
 
 def per_class_frame(score: TaskScore) -> pd.DataFrame:
     """One row per kind: how many runs truly were it, were predicted it, were right; precision, recall."""
-    import pandas as pd
+    import pandas as pd  # an optional heavy dependency: loaded only when a frame is asked for
 
     columns = ["kind", "truth", "predicted", "correct", "precision", "recall"]
     rows = [{"kind": kind, **{c: row[c] for c in columns[1:]}} for kind, row in score.per_class.items()]
@@ -546,7 +546,7 @@ def per_class_frame(score: TaskScore) -> pd.DataFrame:
 
 def confusion_frame(score: TaskScore) -> pd.DataFrame:
     """The confusion table as a square frame: rows the true kind, columns the predicted kind, zeros filled."""
-    import pandas as pd
+    import pandas as pd  # an optional heavy dependency: loaded only when a frame is asked for
 
     kinds = list(score.per_class)
     frame = pd.DataFrame(
@@ -558,7 +558,7 @@ def confusion_frame(score: TaskScore) -> pd.DataFrame:
 
 def recovery_frame(score: RecoveryScore) -> pd.DataFrame:
     """One row per run (or scenario): completed, receipts, provider reads, tickets at the destination, uncertain."""
-    import pandas as pd
+    import pandas as pd  # an optional heavy dependency: loaded only when a frame is asked for
 
     columns = ["run", "completed", "receipts", "provider_reads", "tickets", "uncertain"]
     rows = [(r.name, r.completed, r.receipts, r.provider_reads, r.tickets, r.uncertain) for r in score.per_run]

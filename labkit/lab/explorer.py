@@ -299,7 +299,7 @@ class Exploration:
 
     def frame(self):
         """The table: one row per scenario, one column per invariant (True, False, or None where it does not apply)."""
-        import pandas as pd
+        import pandas as pd  # an optional heavy dependency: loaded only when a frame is asked for
 
         rows = []
         for result in self.results:
@@ -317,7 +317,7 @@ class Exploration:
         Each row gathers a point's single crash and every pair it starts; a cell reads
         ``held/scenarios``, or ``·`` where the invariant does not apply to the flow.
         """
-        import pandas as pd
+        import pandas as pd  # an optional heavy dependency: loaded only when a frame is asked for
 
         groups: dict[str, list[ScenarioResult]] = {}
         for result in self.results:

@@ -89,7 +89,7 @@ def configured_url() -> str | None:
 
 def _connect(url: str) -> Any:
     """An autocommit connection to ``url`` (CREATE DATABASE refuses to run inside a transaction)."""
-    import psycopg
+    import psycopg  # an optional dependency: only the PostgreSQL path needs it
 
     if not url.startswith(("postgresql://", "postgres://")):
         raise PostgresServerUnusable(url, "give a URL like postgresql://USER@HOST:PORT/DATABASE")
@@ -109,7 +109,7 @@ def fresh_database(server_url: str, prefix: str = "labkit") -> Iterator[str]:
     ``WITH (FORCE)`` (PostgreSQL 13 and later): a worker killed with SIGKILL may leave a session
     the server has not yet noticed is gone.
     """
-    import psycopg
+    import psycopg  # an optional dependency: only the PostgreSQL path needs it
     from psycopg import sql
 
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
