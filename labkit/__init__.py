@@ -43,24 +43,34 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
 _MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}
 
 
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f".{module}", __name__), name)
-        globals()[name] = value  # found once; later look-ups never reach this function
-        return value
-    # A submodule not imported yet (``labkit.lab.display.runs_frame``, ``labkit.leases.FENCE``).
-    if not name.startswith("_"):
-        try:
-            return importlib.import_module(f".{name}", __name__)
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{name}":  # the submodule exists; something it needs does not
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def lazy_names(package: str, names: dict[str, tuple[str, ...]], namespace: dict) -> tuple:
+    """A package's ``__getattr__`` and ``__dir__`` (PEP 562) that import each name on first use.
+
+    ``names`` lists the public names by the submodule that defines them; any other attribute
+    is tried as a submodule not imported yet (``labkit.leases.FENCE`` after ``import labkit``).
+    labkit and labkit.lab both use it.
+    """
+    module_of = {name: module for module, found in names.items() for name in found}
+
+    def __getattr__(name: str):
+        module = module_of.get(name)
+        if module is not None:
+            value = getattr(importlib.import_module(f".{module}", package), name)
+            namespace[name] = value  # found once; later look-ups never reach this function
+            return value
+        if not name.startswith("_"):
+            try:
+                return importlib.import_module(f".{name}", package)
+            except ModuleNotFoundError as error:
+                if error.name != f"{package}.{name}":  # the submodule exists; something it needs does not
+                    raise
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__() -> list[str]:
+        return sorted(set(namespace) | set(module_of))
+
+    return __getattr__, __dir__
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_MODULE_OF))
-
-
+__getattr__, __dir__ = lazy_names(__name__, _PUBLIC, globals())
 __all__ = sorted(_MODULE_OF)

@@ -12,7 +12,7 @@ world" (``ticket_service``); the capacity model, the benchmark and the lock meas
 The names a lesson uses most are here, as ``labkit.lab.NAME``; the rest through their module.
 """
 
-import importlib
+from .. import lazy_names
 
 # The lessons' helpers, by the module that defines them; imported on first use, as in labkit.
 _PUBLIC: dict[str, tuple[str, ...]] = {
@@ -20,27 +20,5 @@ _PUBLIC: dict[str, tuple[str, ...]] = {
     "processes": ("PausedRun", "labkit_cli", "race", "run_in_child"),
     "explorer": ("Exploration", "explore", "random_kills"),
 }
-_MODULE_OF = {name: module for module, names in _PUBLIC.items() for name in names}
-
-
-def __getattr__(name: str):
-    module = _MODULE_OF.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f".{module}", __name__), name)
-        globals()[name] = value  # found once; later look-ups never reach this function
-        return value
-    # A submodule not imported yet (``labkit.lab.display.runs_frame`` after ``import labkit``).
-    if not name.startswith("_"):
-        try:
-            return importlib.import_module(f".{name}", __name__)
-        except ModuleNotFoundError as error:
-            if error.name != f"{__name__}.{name}":  # the submodule exists; something it needs does not
-                raise
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_MODULE_OF))
-
-
-__all__ = sorted(_MODULE_OF)
+__getattr__, __dir__ = lazy_names(__name__, _PUBLIC, globals())
+__all__ = sorted(name for names in _PUBLIC.values() for name in names)
