@@ -265,6 +265,20 @@ def open_database(path: Path, *, readonly: bool = False) -> LabConnection:
     return conn
 
 
+@contextmanager
+def closed_on_failure(conn: sqlite3.Connection, path: Path) -> Iterator[sqlite3.Connection]:
+    """While a file just opened is identified and set up: on any failure ``conn`` is closed, and a
+    SQLite error becomes labkit's one-line error naming ``path``. Every opener of a file uses it."""
+    try:
+        yield conn
+    except sqlite3.Error as error:
+        conn.close()
+        raise translate(error, path) from None
+    except BaseException:
+        conn.close()
+        raise
+
+
 def _connect(target: str, *, uri: bool) -> LabConnection:
     try:
         conn = sqlite3.connect(target, uri=uri, isolation_level=None, timeout=busy_timeout_ms() / 1000, factory=LabConnection)

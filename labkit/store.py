@@ -29,6 +29,7 @@ from .assessments import record_assessment_txn
 from .clock import Clock
 from .database import (
     check_path,
+    closed_on_failure,
     open_database,
     quick_check,
     read_transaction,
@@ -36,7 +37,6 @@ from .database import (
     schema_made_by,
     set_wal,
     transaction,
-    translate,
 )
 from .errors import InconsistentRun, NotALabDatabase, SchemaVersionMismatch, StaleTransition, StepOrderError
 from .jsontext import JsonProblem, canonical_json, sha256_hex, strict_loads
@@ -61,7 +61,7 @@ def connect(path: str | Path, *, create: bool = True) -> sqlite3.Connection:
     """
     path = check_path(path, must_exist=not create)
     conn = open_database(path)
-    try:
+    with closed_on_failure(conn, path):
         found = _identify(conn, path)
         quick_check(conn, path)
         set_wal(conn)
@@ -70,12 +70,6 @@ def connect(path: str | Path, *, create: bool = True) -> sqlite3.Connection:
             # Only an old or new file takes the write lock here; a reader of an up-to-date
             # database must not queue behind a worker whose transaction is open.
             _migrate(conn, path)
-    except sqlite3.Error as error:
-        conn.close()
-        raise translate(error, path) from None
-    except BaseException:
-        conn.close()
-        raise
     return conn
 
 
@@ -87,19 +81,13 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
     """
     path = check_path(path, must_exist=True)
     conn = open_database(path, readonly=True)
-    try:
+    with closed_on_failure(conn, path):
         found = _identify(conn, path)
         if found == 0:
             raise NotALabDatabase(str(path), "it is empty: no labkit command has recorded anything in it yet")
         quick_check(conn, path)
         if found != SCHEMA_VERSION:
             raise SchemaVersionMismatch(str(path), found, SCHEMA_VERSION)
-    except sqlite3.Error as error:
-        conn.close()
-        raise translate(error, path) from None
-    except BaseException:
-        conn.close()
-        raise
     return conn
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from . import store as checkpoint_store
-from .database import check_path, open_database, quick_check, read_transaction, schema_made_by, set_wal, transaction, translate
+from .database import check_path, closed_on_failure, open_database, quick_check, read_transaction, schema_made_by, set_wal, transaction
 from .errors import NotATicketStore
 from .jsontext import canonical_json, sha256_hex
 
@@ -46,7 +46,7 @@ def open_store(path: str | Path, *, readonly: bool = False) -> sqlite3.Connectio
     """
     path = check_path(path, must_exist=readonly)
     conn = open_database(path, readonly=readonly)
-    try:
+    with closed_on_failure(conn, path):
         found = _identify(conn, path)
         quick_check(conn, path)
         if not readonly:
@@ -59,12 +59,6 @@ def open_store(path: str | Path, *, readonly: bool = False) -> sqlite3.Connectio
                             conn.execute(statement)
                         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-    except sqlite3.Error as error:
-        conn.close()
-        raise translate(error, path) from None
-    except BaseException:
-        conn.close()
-        raise
     return conn
 
 
