@@ -15,6 +15,7 @@ and 04_rollback.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import sqlite3
 import stat
@@ -263,6 +264,22 @@ def open_database(path: Path, *, readonly: bool = False) -> LabConnection:
         conn.close()
         raise translate(error, path) from None
     return conn
+
+
+def file_identity(conn: sqlite3.Connection) -> tuple[int, int, list[tuple]]:
+    """A SQLite file's application id, user version and schema entries (type, name, table, sql).
+
+    One statement, so another process's migration cannot commit between the three (it did,
+    when they were read one by one). What each opener accepts is its own rule.
+    """
+    with read_transaction(conn):
+        app_id, version, entries = conn.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id),"
+            " (SELECT user_version FROM pragma_user_version),"
+            " (SELECT json_group_array(json_array(type, name, tbl_name, sql)) FROM"
+            "  (SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name))"
+        ).fetchone()
+    return app_id, version, [tuple(entry) for entry in json.loads(entries)]
 
 
 @contextmanager

@@ -17,7 +17,6 @@ of migrations, in :mod:`labkit.schema`. Taught in 03_durable_checkpoint and 04_r
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from .clock import Clock
 from .database import (
     check_path,
     closed_on_failure,
+    file_identity,
     open_database,
     quick_check,
     read_transaction,
@@ -94,17 +94,9 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
 def _identify(conn: sqlite3.Connection, path: Path) -> int:
     """The file's schema version, refusing what is not labkit's or is newer than this labkit.
 
-    One statement reads the id, the version and the tables, so another process's
-    migration cannot commit between them (it did, when they were read one by one).
+    Read in one statement (:func:`labkit.database.file_identity`).
     """
-    with read_transaction(conn):
-        app_id, version, entries = conn.execute(
-            "SELECT (SELECT application_id FROM pragma_application_id),"
-            " (SELECT user_version FROM pragma_user_version),"
-            " (SELECT json_group_array(json_array(type, name, tbl_name, sql)) FROM"
-            "  (SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name))"
-        ).fetchone()
-    schema = [tuple(entry) for entry in json.loads(entries)]
+    app_id, version, schema = file_identity(conn)
     where = str(path)
     if app_id not in (0, APPLICATION_ID):
         raise NotALabDatabase(where, f"its application id is {app_id}, another program's")

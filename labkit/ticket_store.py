@@ -7,7 +7,6 @@ which is why the format lives here, beside the mechanisms, and not inside the la
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Mapping
 from contextlib import closing
@@ -15,7 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from . import store as checkpoint_store
-from .database import check_path, closed_on_failure, open_database, quick_check, read_transaction, schema_made_by, set_wal, transaction
+from .database import (
+    check_path,
+    closed_on_failure,
+    file_identity,
+    open_database,
+    quick_check,
+    schema_made_by,
+    set_wal,
+    transaction,
+)
 from .errors import NotATicketStore
 from .jsontext import canonical_json, sha256_hex
 
@@ -64,14 +72,7 @@ def open_store(path: str | Path, *, readonly: bool = False) -> sqlite3.Connectio
 
 def _identify(conn: sqlite3.Connection, path: Path) -> int:
     """0 for an empty file, else the store's version; anything else is refused in one line."""
-    with read_transaction(conn):
-        app_id, version, entries = conn.execute(
-            "SELECT (SELECT application_id FROM pragma_application_id),"
-            " (SELECT user_version FROM pragma_user_version),"
-            " (SELECT json_group_array(json_array(type, name, tbl_name, sql)) FROM"
-            "  (SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name))"
-        ).fetchone()
-    schema = [tuple(entry) for entry in json.loads(entries)]
+    app_id, version, schema = file_identity(conn)
     tables = ", ".join(sorted(name for kind, name, _, _ in schema if kind == "table")[:3])
     where = str(path)
     if app_id == checkpoint_store.APPLICATION_ID:
