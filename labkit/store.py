@@ -50,7 +50,9 @@ def connect(path: str | Path, *, create: bool = True) -> sqlite3.Connection:
     In order, and nothing written until the file is known to be labkit's:
 
     1. the path is checked (:func:`labkit.database.check_path`); with ``create=False`` a
-       path where no database exists is refused rather than made into an empty one;
+       path where no database exists is refused rather than made into an empty one, and so
+       is an empty file (0 bytes, or a SQLite file with nothing in it): a command that
+       resumes or reads must not be the one that quietly initialises a database;
     2. the file's application id, schema version and tables are read in one statement,
        and anything that is not a labkit database (or is a newer one) is refused;
     3. WAL: readers (a notebook's tables) never block the writer, and after a crash the
@@ -63,6 +65,8 @@ def connect(path: str | Path, *, create: bool = True) -> sqlite3.Connection:
     conn = open_database(path)
     with closed_on_failure(conn, path):
         found = _identify(conn, path)
+        if found == 0 and not create:
+            raise _empty(path)
         quick_check(conn, path)
         set_wal(conn)
         conn.execute("PRAGMA synchronous = FULL")
@@ -84,11 +88,16 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
     with closed_on_failure(conn, path):
         found = _identify(conn, path)
         if found == 0:
-            raise NotALabDatabase(str(path), "it is empty: no labkit command has recorded anything in it yet")
+            raise _empty(path)
         quick_check(conn, path)
         if found != SCHEMA_VERSION:
             raise SchemaVersionMismatch(str(path), found, SCHEMA_VERSION)
     return conn
+
+
+def _empty(path: Path) -> NotALabDatabase:
+    """An existing file with no labkit schema in it, opened by a command that needs one."""
+    return NotALabDatabase(str(path), "it is empty: no labkit command has recorded anything in it yet")
 
 
 def _identify(conn: sqlite3.Connection, path: Path) -> int:

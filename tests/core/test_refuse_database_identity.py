@@ -55,6 +55,38 @@ def test_status_of_an_empty_file_says_it_is_empty(db, cli_main, refused):
     assert db.read_bytes() == b""
 
 
+#: Every command that reads or resumes an existing database. `run` and `work` are left out:
+#: they create a database where there is none, and an empty file is one they may start.
+READERS = {
+    "status": ["status"], "effects": ["effects"], "evaluate": ["evaluate"], "migrations": ["migrations"],
+    "recover": ["recover"], "migrate": ["migrate", "--to", "2", "--reason", "r"], "retain": ["retain", "--older-than", "1"],
+    "resolve": ["resolve", "--incident", INC, "--none", "--reason", "r"],
+    "reevaluate": ["reevaluate", "--incident", INC, "--reason", "r"],
+}
+
+
+def _empty_sqlite(path: Path) -> None:
+    """A SQLite file with a header and nothing else: what another program's first open can leave."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA user_version = 0")
+        conn.execute("VACUUM")
+
+
+@pytest.mark.parametrize("empty", ["zero-bytes", "empty-sqlite"])
+@pytest.mark.parametrize("command", READERS.values(), ids=READERS.keys())
+def test_every_reader_refuses_an_empty_file_before_writing(command, empty, db, folder, cli_main, refused):
+    """Before the fix recover, migrate and retain made the empty file a database (0 -> 100 KB),
+    and resolve and reevaluate wrote to it before refusing."""
+    if empty == "zero-bytes":
+        db.touch()
+    else:
+        _empty_sqlite(db)
+    before = db.read_bytes()
+    refused(cli_main(*command, "--db", db), "lab.db", "it is empty")
+    assert db.read_bytes() == before
+    assert files(folder) == ["lab.db"], "no -wal, -shm or provider log may appear"
+
+
 @pytest.mark.parametrize(
     ("user_version", "words"),
     [(0, ["holds tables", "orders"]), (1, ["its tables (orders)", "labkit's schema version 1"])],
