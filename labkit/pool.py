@@ -99,7 +99,20 @@ def send_line(child: subprocess.Popen, line: str) -> None:
         child.stdin.write(line + "\n")
         child.stdin.flush()
     except (BrokenPipeError, OSError, ValueError):
-        pass  # the worker is gone already; its end is reported with the others
+        # The worker is gone already; its end is reported with the others. The line stays in
+        # the pipe's buffer after a failed flush, and closing would try to write it again.
+        close_input(child)
+
+
+def close_input(child: subprocess.Popen) -> None:
+    """Close a worker's standard input (it then knows its parent is done with it), even when the
+    worker is gone and the pipe still buffers a line for it: that line is dropped, not an error."""
+    if child.stdin is None:
+        return
+    try:
+        child.stdin.close()
+    except (BrokenPipeError, OSError, ValueError):
+        pass  # the buffered line had nowhere to go; the file is closed all the same
 
 
 def work(
@@ -208,8 +221,7 @@ def work(
         raise
     finally:
         for child in children:
-            if child.stdin is not None:
-                child.stdin.close()
+            close_input(child)
     for number, code in enumerate(codes, start=1):
         if code < 0:
             print(f"worker {number} died ({ended(code)})", file=out, flush=True)

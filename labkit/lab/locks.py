@@ -35,6 +35,7 @@ from ..pool import (
     check_delay,
     check_incidents,
     check_workers,
+    close_input,
     lease_loop,
     open_worker,
     run_worker,
@@ -224,8 +225,8 @@ def _measure_once(db: Path, flow: str, n: int, delay: float, incidents: Sequence
                         held += report["held"]
                         last = max(last, report["finished"])
         for child in children:
-            assert child.stdin is not None and child.stderr is not None
-            child.stdin.close()
+            assert child.stderr is not None
+            close_input(child)
             error = child.stderr.read()
             if child.wait(timeout=60) != 0:
                 raise RuntimeError(f"a measuring worker failed ({ended(child.returncode)}): {error.strip()}")

@@ -324,6 +324,23 @@ class Pool:
                 self.pids.put(int(found.group(1)))
 
 
+def test_a_worker_killed_before_it_is_ready_is_named_and_the_others_finish(folder):
+    """Before the fix: `labkit: failed: Broken pipe`, exit 1, no summary and no line naming
+    the worker, though the runs were finished (the "go" meant for the dead worker stayed in
+    its pipe's buffer, and closing the pipe tried to write it again)."""
+    db = folder / "lab.db"
+    pool = Pool(db, workers=2, lease=5.0, delay=0.0, incidents=["INC-1001", "INC-1002"])
+    first = pool.pids.get(timeout=30)
+    os.kill(first, signal.SIGKILL)  # it is still importing labkit: it never says "ready"
+    assert pool.process.wait(timeout=60) == 0, "".join(pool.errors)
+    time.sleep(0.2)  # the reading threads have the last lines
+    out = "".join(pool.lines)
+    assert "worker 1 died (killed by SIGKILL)" in out
+    assert "work: 2 of 2 runs report_completed" in out
+    assert "Broken pipe" not in "".join(pool.errors)
+    assert_all_done(db, ["INC-1001", "INC-1002"], exact_reads=True)
+
+
 def _alive(pid: int) -> bool:
     """Running or stopped, not a zombie (an orphan's zombie may wait for a reaper that never comes)."""
     try:
