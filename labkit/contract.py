@@ -39,6 +39,21 @@ def schema_for(contract_id: str) -> Path:
 #: Evidence is stored inline, so it is bounded. A queue snapshot is about 1 KB; a response
 #: sixteen times that is not a diagnosis, it is a dump (see 11_capacity_and_retention).
 MAX_RESPONSE_BYTES = 16_384
+#: A raw diagnostic over this size is refused, and nothing about the read is stored: a
+#: megabyte is a dump, and redacting it would hold the write lock for a noticeable time.
+MAX_DIAGNOSTIC_BYTES = 1 << 20
+
+
+def check_diagnostic_size(incident: str, size: int) -> None:
+    """Refuse a raw diagnostic of ``size`` bytes over :data:`MAX_DIAGNOSTIC_BYTES`.
+
+    The store checks what it was handed; the reference provider checks a snapshot file's size
+    before reading it, so a huge file is refused without first being read into memory.
+    """
+    if size > MAX_DIAGNOSTIC_BYTES:
+        raise EvidenceRejected(
+            incident, "(diagnostic)", f"{size} bytes, over the {MAX_DIAGNOSTIC_BYTES}-byte limit for a raw diagnostic", "size-limit"
+        )
 
 
 @lru_cache(maxsize=1)

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from .clock import Clock
-from .contract import MAX_RESPONSE_BYTES, check_evidence
+from .contract import MAX_RESPONSE_BYTES, check_diagnostic_size, check_evidence
 from .database import require_write_transaction
 from .errors import EvidenceRejected
 from .jsontext import canonical_json, sha256_hex
@@ -46,9 +46,6 @@ from .store import Evidence, store_evidence_txn
 #: The evidence row is bounded: the summary is at most this many bytes of canonical JSON,
 #: the same bound the contract puts on a provider's response.
 SUMMARY_LIMIT = MAX_RESPONSE_BYTES
-#: A raw diagnostic over this size is refused, and nothing about the read is stored: a
-#: megabyte is a dump, and redacting it would hold the write lock for a noticeable time.
-MAX_DIAGNOSTIC_BYTES = 1 << 20
 
 
 def location_for(incident: str) -> str:
@@ -101,10 +98,7 @@ def bound_evidence(incident: str, body: dict, diagnostic: bytes | str) -> Bounde
     canonical JSON after redaction, anything else as redacted text.
     """
     raw = diagnostic.encode("utf-8", "surrogatepass") if isinstance(diagnostic, str) else diagnostic
-    if len(raw) > MAX_DIAGNOSTIC_BYTES:
-        raise EvidenceRejected(
-            incident, "(diagnostic)", f"{len(raw)} bytes, over the {MAX_DIAGNOSTIC_BYTES}-byte limit for a raw diagnostic", "size-limit"
-        )
+    check_diagnostic_size(incident, len(raw))
     summary = redact(body)
     kept_body = summary.value
     if summary.count:

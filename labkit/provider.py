@@ -27,13 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from .contract import CONTRACT
+from .contract import CONTRACT, MAX_DIAGNOSTIC_BYTES, check_diagnostic_size
 from .database import open_regular_file
 from .errors import (
     BadDatabasePath,
     BadSetting,
     CorruptCallLog,
     DataFolderMissing,
+    EvidenceRejected,
     NotADatabase,
     NotARegularFile,
     ProviderUnavailable,
@@ -301,7 +302,10 @@ class ReferenceProvider:
         if incident not in known:
             raise UnknownIncident(incident, len(known))
         try:
-            raw = _read_regular(self.data / "incidents" / f"{incident}.json")
+            raw = _read_regular(self.data / "incidents" / f"{incident}.json", incident)
+        except EvidenceRejected:  # a snapshot too big to serve: the call was made, and answered no
+            self.log.append(incident, "too-large", 0)
+            raise
         except NotARegularFile:
             self.log.append(incident, "unavailable", 0)
             raise
@@ -314,11 +318,19 @@ class ReferenceProvider:
         return Reading(response, raw)
 
 
-def _read_regular(path: Path) -> bytes:
-    """The file's bytes; a FIFO or a device in the data folder is refused, not waited on."""
+def _read_regular(path: Path, incident: str) -> bytes:
+    """The file's bytes; a FIFO or a device in the data folder is refused, not waited on.
+
+    A file over the raw diagnostic's limit is refused by its size before anything is read
+    (a 300 MB file once cost twice that in memory before the limit refused it), and at most
+    one byte past the limit is ever read, in case the file grows after its size was taken.
+    """
     fd = open_regular_file(path, os.O_RDONLY, "incident file", follow_symlinks=True)
     with os.fdopen(fd, "rb") as handle:
-        return handle.read()
+        check_diagnostic_size(incident, os.fstat(handle.fileno()).st_size)
+        raw = handle.read(MAX_DIAGNOSTIC_BYTES + 1)
+    check_diagnostic_size(incident, len(raw))
+    return raw
 
 
 # --------------------------------------------------------------------------- the response

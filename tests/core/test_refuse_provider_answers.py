@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -208,6 +209,31 @@ def test_fault6_a_snapshot_nested_100000_deep_is_rejected_evidence_and_its_read_
     assert calls_in(labkit.call_log_for(db)).count(INC2) == 1, "the provider served the read: its log must show it"
     if db.exists():
         assert query(db, "SELECT COUNT(*) FROM evidence") == [(0,)]
+
+
+def test_a_huge_incident_file_is_refused_by_its_size_without_being_read_into_memory(db, data_copy):
+    """Before the fix: a 300 MB (sparse) file was read whole, and then parsed, before the raw
+    diagnostic's 1 MiB limit refused it: about 640 MB of memory for a one-line refusal."""
+    huge = data_copy / "incidents" / f"{INC2}.json"
+    size = 300 * 1024 * 1024
+    with open(huge, "r+b") as handle:
+        handle.truncate(size)  # sparse: no disk is used, but every byte reads as NUL
+    # The child's peak memory, measured by a parent of its own (RUSAGE_CHILDREN of this test
+    # process would include every other child it has started).
+    measure = (
+        "import resource, subprocess, sys; "
+        "done = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+        "print(done.returncode); print(done.stderr.strip()); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    env = {**labkit.lab.processes.child_env(), "LABKIT_DATA_DIR": str(data_copy)}
+    done = subprocess.run([sys.executable, "-c", measure, sys.executable, "-m", "labkit", "run", "--db",
+                           str(db), "--incident", INC2], capture_output=True, text=True, env=env, timeout=120)
+    code, stderr, peak_kib = done.stdout.splitlines()
+    assert code == "2", stderr
+    assert f"{size} bytes, over the 1048576-byte limit for a raw diagnostic" in stderr
+    assert int(peak_kib) < 200 * 1024, f"the refusal cost {int(peak_kib) // 1024} MB of memory"
+    assert calls_in(labkit.call_log_for(db)).count(INC2) == 1, "the provider was asked: its log must show it"
 
 
 @pytest.mark.parametrize("token", ["NaN", "Infinity"])

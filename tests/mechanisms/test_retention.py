@@ -18,9 +18,10 @@ from contextlib import closing
 import pytest
 
 import labkit
+from labkit.contract import MAX_DIAGNOSTIC_BYTES
 from labkit.database import transaction
 from labkit.errors import BadRetentionDays
-from labkit.evidence import MAX_DIAGNOSTIC_BYTES, SUMMARY_LIMIT, bound_evidence, check_summary_size, store_bounded_txn
+from labkit.evidence import SUMMARY_LIMIT, bound_evidence, check_summary_size, store_bounded_txn
 from labkit.lab.lesson import restart_answers
 from labkit.lab.naive import TwoCommitCoordinator
 from labkit.provider import Reading
