@@ -36,7 +36,7 @@ from pathlib import Path
 
 from .clock import clock_from_env
 from .coordinator import WORKFLOW_VERSION, check_supported
-from .crashpoints import CRASH_POINTS, CrashPlan, check_point
+from .crashpoints import CRASH_POINTS, CrashPlan, check_reached
 from .database import busy_timeout_ms, check_path, read_transaction, translate, typed_path_problem
 from .effects import OWED, Tickets, list_effects_txn
 from .effects import resolve as resolve_effect
@@ -247,10 +247,11 @@ def _incidents(args) -> int:
 
 
 def _crash_plan(args) -> CrashPlan:
+    tickets = args.tickets is not None
     if args.crash_at is not None:
-        return CrashPlan(check_point(args.crash_at))
+        return CrashPlan(check_reached(args.crash_at, tickets=tickets))
     if args.pause_at is not None:
-        return CrashPlan(check_point(args.pause_at), "pause")
+        return CrashPlan(check_reached(args.pause_at, tickets=tickets), "pause")
     return CrashPlan()
 
 

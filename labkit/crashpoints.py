@@ -28,7 +28,7 @@ from enum import StrEnum
 from typing import Literal
 
 from .database import holds_write_lock
-from .errors import InjectedFailure, UnknownCrashPoint
+from .errors import InjectedFailure, UnknownCrashPoint, UnreachableCrashPoint
 
 
 class CrashPoint(StrEnum):
@@ -93,6 +93,23 @@ def check_point(point: str | CrashPoint) -> CrashPoint:
         return CrashPoint(point)
     except ValueError:
         raise UnknownCrashPoint(str(point), CRASH_POINTS) from None
+
+
+def check_reached(point: str | CrashPoint, *, leased: bool = False, tickets: bool = False) -> CrashPoint:
+    """The crash point named ``point``, if the flow asked for can reach it; else bad input.
+
+    The flows: ``run`` (``leased=False``), with ``--tickets URL`` or not, and the leased flow of
+    ``work`` (``leased=True``), which opens no tickets. A point that is asked for and never
+    reached would let the command finish and exit 0, and a test or a supervisor that asked
+    for a kill would be told nothing.
+    """
+    found = check_point(point)
+    if found.needs_lease and not leased:
+        raise UnreachableCrashPoint(found.value, "run", "the leased flow of `work`")
+    if found.needs_tickets and (leased or not tickets):
+        flow = "work" if leased else "a run without --tickets"
+        raise UnreachableCrashPoint(found.value, flow, "a run that opens a ticket (run --tickets URL)")
+    return found
 
 
 @dataclass(frozen=True)

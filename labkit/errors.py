@@ -127,6 +127,14 @@ class UnknownCrashPoint(BadInput):
         super().__init__(f"unknown crash point {shown(point)}: expected one of {', '.join(known)}")
 
 
+class UnreachableCrashPoint(BadInput):
+    """A known crash point that the flow asked for never reaches: the kill would never happen."""
+
+    def __init__(self, point: str, flow: str, reached_by: str):
+        self.point, self.flow = point, flow
+        super().__init__(f"crash point {shown(point)} is never reached by {flow}: only {reached_by} reaches it")
+
+
 class UnknownBug(BadInput):
     def __init__(self, name: str, known: tuple[str, ...]):
         self.name = name

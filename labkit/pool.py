@@ -37,9 +37,9 @@ from . import contract
 from .children import ended, pump, this_labkit
 from .clock import Clock, SystemClock, parse_instant
 from .coordinator import WORKFLOW_VERSION, check_run_version
-from .crashpoints import LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint
+from .crashpoints import NO_CRASH, CrashPlan, CrashPoint, check_reached
 from .database import check_path, read_transaction, transaction, translate
-from .errors import BadWorkOption, LabError, RunFailure, StaleLease, UnknownCrashPoint, UnknownIncident, error_line, one_line, report
+from .errors import BadWorkOption, LabError, RunFailure, StaleLease, UnknownIncident, error_line, one_line, report
 from .leases import backlog_txn, check_lease_seconds, latest_token_txn
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .steps import Step
@@ -147,8 +147,8 @@ def work(
     count = check_workers(workers)
     seconds = check_lease_seconds(lease_seconds)
     slow = provider_delay() if delay is None else check_delay(delay)
-    if crash_at is not None and crash_at not in LEASE_POINTS:
-        raise UnknownCrashPoint(crash_at, LEASE_POINTS)
+    if crash_at is not None:
+        check_reached(crash_at, leased=True)
     path = check_path(db, must_exist=False)
     CallLog(call_log_for(path)).check()
     known = list_incidents()

@@ -70,6 +70,20 @@ def test_an_empty_crash_point_is_an_unknown_crash_point(db, folder, cli_main, re
     assert list(folder.iterdir()) == []
 
 
+@pytest.mark.parametrize(("option", "point", "words"), [
+    ("--crash-at", "before_send", "a run without --tickets"),
+    ("--crash-at", "after_send", "a run without --tickets"),
+    ("--crash-at", "after_lease", "the leased flow of `work`"),
+    ("--pause-at", "after_lease", "the leased flow of `work`"),
+    ("--pause-at", "before_send", "a run without --tickets"),
+])
+def test_a_crash_point_the_run_never_reaches_is_refused_before_anything_happens(option, point, words, db, folder, cli_main, refused):
+    """Before the fix: the run finished and exited 0, though `crash-points` lists the point: a
+    supervisor or a test that asked for a kill was told nothing."""
+    refused(cli_main("run", "--db", db, "--incident", INC, option, point), f"crash point '{point}' is never reached", words)
+    assert list(folder.iterdir()) == []
+
+
 @pytest.mark.parametrize("command", ["run", "recover"])
 def test_fault11_an_unknown_bug_name_is_refused(command, folder, db, cli, cli_main, refused):
     """Before the fix: exit 2 from argparse ("unrecognized arguments: --bug"), so this part

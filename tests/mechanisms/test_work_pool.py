@@ -176,7 +176,7 @@ def _call_log_is_a_fifo(folder: Path) -> Path:
     (["--workers", "2", "--incident", "INC-9999"], ["unknown incident 'INC-9999'"]),
     (["--workers", "2", "--incident", "INC-" + "9" * 100_000], ["unknown incident"]),
     (["--workers", "2", "--incident", "INC-1001", "--incident", "INC-1001"], ["--incident 'INC-1001'", "each incident once"]),
-    (["--workers", "2", "--crash-at", "before_send"], ["unknown crash point 'before_send'", "after_lease"]),
+    (["--workers", "2", "--crash-at", "before_send"], ["crash point 'before_send' is never reached by work", "run --tickets URL"]),
     (["--workers", "2", "--workers", "3"], ["given more than once"]),
     (["--incident", "INC-1001"], ["--workers"]),
 ])
