@@ -44,6 +44,7 @@ from .errors import BadInput, LabError, RunFailure, UnknownIncident, report, sho
 from .evaluation import evaluate
 from .lab.naive import BUGS, CRASH_BUGS, coordinator_class
 from .lab.workspace import reset
+from .numbers import parse_decimal, parse_whole
 from .pool import work
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .recovery import Resumed, recover
@@ -77,6 +78,22 @@ def _db_path(text: str) -> Path:
     if problem is not None:
         raise argparse.ArgumentTypeError(problem)
     return Path(text)
+
+
+def _whole(text: str) -> int:
+    """An integer option: ASCII digits only (:mod:`labkit.numbers`); its range is checked where it is used."""
+    try:
+        return parse_whole(text)
+    except ValueError as problem:
+        raise argparse.ArgumentTypeError(str(problem)) from None
+
+
+def _decimal(text: str) -> float:
+    """A number option (seconds, days): ASCII digits, a point, an exponent; no ``1_0``, no ``nan``."""
+    try:
+        return parse_decimal(text)
+    except ValueError as problem:
+        raise argparse.ArgumentTypeError(str(problem)) from None
 
 
 def _parser(words: list[str] | None = None) -> argparse.ArgumentParser:
@@ -126,7 +143,7 @@ def _parser(words: list[str] | None = None) -> argparse.ArgumentParser:
         ticket_service.add_arguments(service)
     mig = commands.add_parser("migrate", help="move every run of the previous workflow version to VERSION, logged", allow_abbrev=False)
     mig.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database")
-    mig.add_argument("--to", required=True, type=int, action=_Once, metavar="VERSION", help="the workflow version to move runs to")
+    mig.add_argument("--to", required=True, type=_whole, action=_Once, metavar="VERSION", help="the workflow version to move runs to")
     mig.add_argument("--reason", required=True, action=_Once, help="why: the migration log keeps it")
     log = commands.add_parser("migrations", help="the migration log", allow_abbrev=False)
     log.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database (read only)")
@@ -135,7 +152,7 @@ def _parser(words: list[str] | None = None) -> argparse.ArgumentParser:
     ree.add_argument("--db", required=True, type=_db_path, action=_Once, help="an existing checkpoint database")
     ree.add_argument("--incident", required=True, action=_Once)
     ree.add_argument("--reason", required=True, action=_Once, help="why: the assessment keeps it")
-    ree.add_argument("--rules-revision", type=int, action=_Once, metavar="N", help="the rules revision to apply (default: the newest)")
+    ree.add_argument("--rules-revision", type=_whole, action=_Once, metavar="N", help="the rules revision to apply (default: the newest)")
     ret = commands.add_parser(
         "retain", allow_abbrev=False,
         help="remove the raw diagnostics of finished runs older than DAYS, keep their evidence, receipts and checkpoints; VACUUM",
@@ -154,12 +171,12 @@ def _parser(words: list[str] | None = None) -> argparse.ArgumentParser:
     wrk.add_argument(
         "--db", required=True, type=_db_path, action=_Once, help="checkpoint database (created if missing; its folder must exist)"
     )
-    wrk.add_argument("--workers", required=True, type=int, action=_Once, metavar="N", help="how many worker processes to start")
+    wrk.add_argument("--workers", required=True, type=_whole, action=_Once, metavar="N", help="how many worker processes to start")
     wrk.add_argument("--incident", action="append", metavar="ID",
                      help="a run to create and finish (repeat for more); default: every shipped incident and every unfinished run")
-    wrk.add_argument("--lease-seconds", type=float, action=_Once, metavar="S",
+    wrk.add_argument("--lease-seconds", type=_decimal, action=_Once, metavar="S",
                      help=f"each lease's time to live (default {DEFAULT_LEASE_SECONDS:g}); workers renew at a third of it")
-    wrk.add_argument("--provider-delay", type=float, action=_Once, metavar="S",
+    wrk.add_argument("--provider-delay", type=_decimal, action=_Once, metavar="S",
                      help="seconds the provider takes per read (default: LABKIT_PROVIDER_DELAY, or 0)")
     wrk.add_argument("--crash-at", metavar="POINT", action=_Once,
                      help="for lessons and tests: worker 1 kills itself with SIGKILL at POINT (after_lease, or a run's point)")
@@ -176,21 +193,21 @@ def _parser(words: list[str] | None = None) -> argparse.ArgumentParser:
         help="every crash point and every pair of them, each in a fresh database, checked against every invariant (exit 1 if one broke)",
     )
     exp.add_argument("--db-dir", required=True, action=_Once, metavar="PATH", help="a new or empty folder: one sub-folder per scenario")
-    exp.add_argument("--random", type=int, action=_Once, metavar="N", help="also N kills after a random delay (default 0)")
-    exp.add_argument("--seed", type=int, action=_Once, metavar="S", help="the random kills' seed (default 0)")
+    exp.add_argument("--random", type=_whole, action=_Once, metavar="N", help="also N kills after a random delay (default 0)")
+    exp.add_argument("--seed", type=_whole, action=_Once, metavar="S", help="the random kills' seed (default 0)")
     exp.add_argument("--bug", metavar="NAME", action=_Once, help="explore a deliberately broken coordinator: " + ", ".join(CRASH_BUGS))
     exp.add_argument("--engine", metavar="NAME", action=_Once,
                      help="the workflow's engine: labkit (default) or dbos, the same run on DBOS Transact (14_choosing_an_engine)")
     exp.add_argument("--singles", action="store_true", help="single crashes only, no pairs")
-    exp.add_argument("--workers", type=int, action=_Once, metavar="N", help="processes playing scenarios at once (default: two a core)")
+    exp.add_argument("--workers", type=_whole, action=_Once, metavar="N", help="processes playing scenarios at once (default: two a core)")
     exp.add_argument("--json", action="store_true", help="print one JSON object")
     ben = commands.add_parser(
         "bench", allow_abbrev=False, help="labkit against bare SQLite with the same commits (and, with --peers, DBOS and LangGraph)",
     )
     ben.add_argument("--peers", action="store_true", help="also DBOS and LangGraph (`make bench` installs them into .venv/bench)")
     ben.add_argument("--json", action="store_true", help="print one JSON object")
-    ben.add_argument("--rounds", type=int, action=_Once, metavar="N", help="interleaved rounds measured after a warm-up (default 9)")
-    ben.add_argument("--incidents", type=int, action=_Once, metavar="N", help="the first N shipped incidents a round (default: all)")
+    ben.add_argument("--rounds", type=_whole, action=_Once, metavar="N", help="interleaved rounds measured after a warm-up (default 9)")
+    ben.add_argument("--incidents", type=_whole, action=_Once, metavar="N", help="the first N shipped incidents a round (default: all)")
     reset = commands.add_parser(
         "reset", allow_abbrev=False,
         help="bring my-lab/ back to the committed lessons (one, or all) and remove what the lessons left in scratch",
@@ -201,7 +218,7 @@ def _parser(words: list[str] | None = None) -> argparse.ArgumentParser:
 
 def _add_version_option(command: argparse.ArgumentParser) -> None:
     command.add_argument(
-        "--workflow-version", type=int, action=_Once, metavar="N", default=None,
+        "--workflow-version", type=_whole, action=_Once, metavar="N", default=None,
         help=f"for lessons and tests: run as the release of workflow version N (default {WORKFLOW_VERSION})",
     )
 
@@ -437,7 +454,7 @@ def _explore(args) -> int:
     if args.workers is not None and not 1 <= args.workers <= explorer.MAX_WORKERS:
         raise explorer.BadExploreOption("--workers", f"a number of processes from 1 to {explorer.MAX_WORKERS}, not {args.workers}")
     found = explorer.explore(args.db_dir, pairs=not args.singles, bug=args.bug, random_trials=trials, seed=args.seed or 0,
-                             workers=args.workers, engine=args.engine or "labkit")
+                             workers=args.workers, engine="labkit" if args.engine is None else args.engine)
     print(json.dumps(found.as_json()) if args.json else found.text())
     return 0 if found.held else 1
 

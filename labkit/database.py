@@ -38,6 +38,7 @@ from .errors import (
     RuleViolation,
     shown,
 )
+from .numbers import parse_whole
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -59,7 +60,7 @@ def busy_timeout_ms() -> int:
     if not text:
         return BUSY_TIMEOUT_MS
     try:
-        value = int(text)
+        value = parse_whole(text)
     except ValueError:
         value = -1
     if not 1 <= value <= 600_000:

@@ -42,6 +42,7 @@ from .errors import (
     UnknownIncident,
 )
 from .jsontext import JsonProblem, strict_loads
+from .numbers import parse_decimal
 from .rules import REFERENCE_PROVIDER, assess, check_rules_revision
 
 #: Overrides where the reference provider finds its incidents (tests point it at bad data).
@@ -109,7 +110,7 @@ def provider_delay() -> float:
     if not text:
         return 0.0
     try:
-        value = float(text)
+        value = parse_decimal(text)
     except ValueError:
         value = -1.0
     if not 0 <= value <= 60:  # also refuses NaN

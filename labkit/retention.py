@@ -20,7 +20,6 @@ Taught in 11_capacity_and_retention.
 
 from __future__ import annotations
 
-import math
 import sqlite3
 from collections.abc import Callable, Iterable
 from contextlib import closing
@@ -33,6 +32,7 @@ from .database import read_transaction, require_write_transaction, transaction, 
 from .effects import OWED
 from .errors import BadRetentionDays, InconsistentRun, UnknownRun, VacuumFailed
 from .jsontext import sha256_hex
+from .numbers import parse_decimal
 from .store import connect, connect_readonly
 
 #: The tables (``diagnostics``, ``redactions``, ``retentions`` and the evidence row's reference
@@ -127,7 +127,7 @@ def check_days(value: object) -> float:
         raise BadRetentionDays(value, MAX_RETENTION_DAYS)
     if isinstance(value, str):
         try:
-            number = float(value.strip()) if value.strip() else math.nan
+            number = parse_decimal(value)
         except ValueError:
             raise BadRetentionDays(value, MAX_RETENTION_DAYS) from None
     elif isinstance(value, (int, float)):

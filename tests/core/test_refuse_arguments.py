@@ -142,3 +142,43 @@ def test_a_malformed_setting_is_refused_before_any_file_is_made(db, folder, cli_
     refused(cli_main("run", "--db", db, "--incident", INC, env={"LABKIT_BUSY_TIMEOUT_MS": "soon"}), "LABKIT_BUSY_TIMEOUT_MS")
     refused(cli_main("run", "--db", db, "--incident", INC, env={"LABKIT_PROVIDER_DELAY": "nan"}), "LABKIT_PROVIDER_DELAY")
     assert list(folder.iterdir()) == []
+
+
+#: Numbers Python's int() and float() read but a person does not write: Arabic-Indic and
+#: full-width digits, underscores between digits, spaces around, and (for decimals) nan/inf.
+NOT_TYPED_NUMBERS = ["١٢", "１２", "1_0", " 2", "2 ", "0x10"]
+#: (command, the option's place) for every number option; the rest of each command is valid.
+NUMBER_OPTIONS = [
+    ["work", "--db", "{db}", "--workers", "{n}"],
+    ["work", "--db", "{db}", "--workers", "1", "--lease-seconds", "{n}"],
+    ["work", "--db", "{db}", "--workers", "1", "--provider-delay", "{n}"],
+    ["run", "--db", "{db}", "--incident", INC, "--workflow-version", "{n}"],
+    ["migrate", "--db", "{db}", "--to", "{n}", "--reason", "r"],
+    ["reevaluate", "--db", "{db}", "--incident", INC, "--reason", "r", "--rules-revision", "{n}"],
+    ["retain", "--db", "{db}", "--older-than", "{n}"],
+    ["explore", "--db-dir", "{folder}/x", "--random", "{n}"],
+    ["bench", "--rounds", "{n}"],
+]
+
+
+@pytest.mark.parametrize("number", NOT_TYPED_NUMBERS + ["nan", "inf"])
+@pytest.mark.parametrize("words", NUMBER_OPTIONS, ids=lambda words: words[0] + " " + next(w for w in words[::-1] if w.startswith("--")))
+def test_a_number_option_takes_ascii_digits_only(words, number, db, folder, cli_main, refused):
+    """Before the fix: `--workers ١٢` meant 12 and `--lease-seconds 1_0` meant 10 (Python's
+    int() and float() read them), so a script's typo became a value it never meant."""
+    argv = [word.format(db=db, folder=folder, n=number) for word in words]
+    refused(cli_main(*argv), repr(number))
+    assert list(folder.iterdir()) == []
+
+
+@pytest.mark.parametrize("setting", ["LABKIT_PROVIDER_DELAY", "LABKIT_BUSY_TIMEOUT_MS"])
+@pytest.mark.parametrize("number", ["１", "1_0", "٣"])
+def test_a_number_setting_takes_ascii_digits_only(setting, number, db, folder, cli_main, refused):
+    refused(cli_main("run", "--db", db, "--incident", INC, env={setting: number}), setting)
+    assert list(folder.iterdir()) == []
+
+
+def test_an_empty_engine_name_is_refused_not_taken_for_labkit(folder, cli_main, refused):
+    """Before the fix: `--engine "$ENGINE"` with the variable unset explored labkit, silently."""
+    refused(cli_main("explore", "--db-dir", folder / "x", "--engine", ""), "unknown engine ''")
+    assert list(folder.iterdir()) == []
