@@ -393,7 +393,8 @@ class Exploration:
     def as_json(self) -> dict[str, object]:
         return {
             "scenarios": [result.row() for result in self.results],
-            "random": None if self.random is None else self.random.as_json(),
+            # The contract (DESIGN.md) shows an object: no random kills asked for is zero trials, not null.
+            "random": (self.random or RandomKills(trials=0, seed=0, window_ms=0.0, results=[])).as_json(),
             "held": self.held,
         }
 

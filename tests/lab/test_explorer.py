@@ -255,6 +255,13 @@ def test_the_recovery_scorecard_reads_the_explorers_table(exploration, tmp_path)
     assert labkit.evaluation.recovery_from_scenarios(naive.frame().to_dict("records")).duplicate_effects == 1  # the kill after the send
 
 
+def test_explore_json_shows_the_random_object_the_contract_promises_even_without_random_kills(cli, tmp_path):
+    done = cli("explore", "--db-dir", tmp_path / "x", "--singles", "--json")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["random"] == {"trials": 0, "seed": 0, "window_ms": 0.0, "landed": {}, "violations": [], "seconds": 0.0}
+
+
 # =========================================================================== the folder it works in
 
 
