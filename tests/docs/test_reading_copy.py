@@ -1,0 +1,196 @@
+"""The reading copy (scripts/build_html.py): a notebook's own HTML is cleaned, and the output folder is its own.
+
+The pages are opened from the file system, so a script a notebook carries would run there: every
+test here builds pages with the real script in a child process and reads them with an HTML
+parser, as a browser would, rather than searching the text.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "build_html.py"
+LESSONS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+
+#: A 1x1 PNG: an image output that must still show.
+PIXEL = base64.b64encode(bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082")).decode()
+
+HOSTILE_MARKDOWN = """\
+# 01 · Hostile
+Reading 1 min · Exercises 0 min <img src="x" onerror="alert('index')">
+
+<script>alert('markdown script')</script>
+<a href="javascript:alert('link')">an HTML javascript: link</a>,
+<a href=" JaVaScRiPt:alert('case')">mixed case</a>, <a href="&#106;avascript:alert('entity')">an entity</a>,
+[a Markdown javascript: link](javascript:alert('markdown-link')).
+<img src="x" onerror="alert('onerror')"> <iframe src="https://example.com"></iframe>
+<svg onload="alert('svg')"></svg> <div onclick="alert('click')">a div that keeps its text</div>
+<details><summary>more</summary><b>kept</b></details>
+
+![a figure](figure.png) and [the next lesson](02_clean.ipynb#top), [a site](https://example.com/).
+
+| a | b |
+|---|---|
+| 1 | 2 |
+"""
+
+HOSTILE_HTML_OUTPUT = """\
+<script>alert('output script')</script>
+<style>@import url(https://example.com/x.css);
+td { color: red; background-image: url(https://example.com/p.png); cursor: url(https://example.com/c.cur) }
+.dataframe > th { text-align: right; background-color: rgb(1, 2, 3) }
+a[title="</style><script>alert('sheet')</script>"] { color: blue }</style>
+<table class="dataframe" border="1"><thead><tr style="text-align: right;"><th>x</th></tr></thead>
+<tbody><tr><td id="cell" onmouseover="alert('td')">1</td></tr></tbody></table>
+<a href="javascript:alert('output link')">output link</a>
+"""
+
+
+def hostile_notebook() -> nbformat.NotebookNode:
+    output = new_output("display_data", data={"text/html": HOSTILE_HTML_OUTPUT, "text/plain": "a frame"})
+    javascript = new_output("display_data", data={"application/javascript": "alert('javascript output')",
+                                                  "text/plain": "<javascript>"})
+    markdown = new_output("display_data", data={"text/markdown": "<script>alert('markdown output')</script>**bold**",
+                                                "text/plain": "md"})
+    image = new_output("display_data", data={"image/png": PIXEL, "text/plain": "<Figure>"})
+    code = new_code_cell("show()", execution_count=1, outputs=[output, javascript, markdown, image])
+    notebook = new_notebook(cells=[new_markdown_cell(HOSTILE_MARKDOWN), code])
+    notebook.metadata["title"] = "</title><script>alert('title')</script>"
+    return notebook
+
+
+def clean_notebook() -> nbformat.NotebookNode:
+    return new_notebook(cells=[new_markdown_cell("# 02 · Clean\nReading 1 min · Exercises 0 min\n\nNothing else.")])
+
+
+class Page(HTMLParser):
+    """What a browser would make of a page: its elements, attributes, and scripts."""
+
+    def __init__(self, text: str):
+        super().__init__(convert_charrefs=True)
+        self.elements: list[tuple[str, dict[str, str | None]]] = []
+        self.scripts: list[tuple[tuple[tuple[str, str | None], ...], str]] = []
+        self.styles: list[str] = []
+        self._open: str | None = None
+        self._data: list[str] = []
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        self.elements.append((tag, dict(attrs)))
+        if tag in ("script", "style"):
+            self._open, self._data = tag, []
+            self._attrs = tuple(attrs)
+
+    def handle_data(self, data):
+        if self._open:
+            self._data.append(data)
+
+    def handle_endtag(self, tag):
+        if tag == self._open == "script":
+            self.scripts.append((self._attrs, "".join(self._data)))
+        elif tag == self._open == "style":
+            self.styles.append("".join(self._data))
+        if tag == self._open:
+            self._open = None
+
+    def named(self, tag: str) -> list[dict[str, str | None]]:
+        return [attrs for name, attrs in self.elements if name == tag]
+
+    def addresses(self) -> list[str]:
+        return [value or "" for _, attrs in self.elements for name, value in attrs.items() if name in ("href", "src", "action")]
+
+
+def build(out: Path, *notebooks: Path | str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), *map(str, notebooks)],
+                          capture_output=True, text=True, timeout=600)
+
+
+def scheme(address: str) -> str:
+    """The scheme a browser would read: it skips leading spaces and control characters, and ignores case."""
+    found = re.match(r"[\x00-\x20]*([a-zA-Z][a-zA-Z0-9+.\-\t\n\r]*):", address)
+    return re.sub(r"[\t\n\r]", "", found[1]).lower() if found else ""
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    folder = tmp_path_factory.mktemp("reading")
+    notebooks = folder / "notebooks"
+    notebooks.mkdir()
+    nbformat.write(hostile_notebook(), notebooks / "01_hostile.ipynb")
+    nbformat.write(clean_notebook(), notebooks / "02_clean.ipynb")
+    return folder / "html", build(folder / "html", "--notebooks", notebooks)
+
+
+# --------------------------------------------------------------------------- the output folder
+
+
+def test_a_folder_it_did_not_build_is_refused_and_left_as_it_was(tmp_path):
+    out = tmp_path / "html"
+    out.mkdir()
+    (out / "notes.txt").write_text("the user's own notes")
+    done = build(out)
+    assert done.returncode == 2, done.stdout + done.stderr
+    [line] = done.stderr.splitlines()
+    assert str(out) in line and "did not write" in line
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
+    assert (out / "notes.txt").read_text() == "the user's own notes"
+
+
+def test_a_link_as_the_folder_is_refused(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (tmp_path / "link").symlink_to(mine)
+    done = build(tmp_path / "link")
+    assert done.returncode == 2 and "symlink" in done.stderr and len(done.stderr.splitlines()) == 1
+    assert list(mine.iterdir()) == []
+
+
+def test_a_rebuild_removes_only_what_the_last_build_wrote(hostile, tmp_path):
+    built, _ = hostile
+    notebooks = built.parent / "notebooks"
+    out = tmp_path / "html"
+    assert build(out, "--notebooks", notebooks).returncode == 0
+    (out / "mine.txt").write_text("added by the user")
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the build's")
+    (out / "01_hostile.html").unlink()
+    (out / "01_hostile.html").symlink_to(outside)   # a link where a page was: removed as a link
+    written = json.loads((out / ".reading-copy.json").read_text())["files"]
+    done = build(out, "--notebooks", notebooks)
+    assert done.returncode == 0, done.stderr
+    assert (out / "mine.txt").read_text() == "added by the user"
+    assert outside.read_text() == "not the build's"
+    assert not (out / "01_hostile.html").is_symlink()
+    assert json.loads((out / ".reading-copy.json").read_text())["files"] == written
+
+    (out / ".reading-copy.json").write_text(json.dumps({"files": ["../outside.txt"]}))
+    done = build(out, "--notebooks", notebooks)
+    assert done.returncode == 2 and "not one this script wrote" in done.stderr and outside.exists()
+
+
+def test_a_name_the_build_would_take_from_the_user_is_refused(hostile, tmp_path):
+    built, _ = hostile
+    notebooks = built.parent / "notebooks"
+    out = tmp_path / "html"
+    assert build(out, "--notebooks", notebooks).returncode == 0
+    more = tmp_path / "more"
+    shutil.copytree(notebooks, more)
+    nbformat.write(clean_notebook(), more / "03_new.ipynb")
+    (out / "03_new.html").write_text("the user's page")
+    done = build(out, "--notebooks", more)
+    assert done.returncode == 2 and "03_new.html is not from the last build" in done.stderr
+    assert (out / "03_new.html").read_text() == "the user's page"
