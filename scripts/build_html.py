@@ -17,6 +17,13 @@ require.js (for math and widgets, which no lesson uses) are left out; if a lesso
 MathJax is kept from its CDN and the script says so. Without npm, the pages are built with mermaid
 from nbconvert's CDN address and a warning says that the diagrams then need the network.
 
+A notebook's own HTML (its Markdown cells and its outputs) is cleaned before it reaches a page:
+the pages are opened from the file system, where a script from a notebook would run with the
+reader's rights over that file system's pages. Only the tags, attributes and link schemes of
+:data:`TAGS`, :data:`ATTRIBUTES` and :data:`PROTOCOLS` are kept (text, tables, details, images,
+links to http(s), mailto or a relative address); anything else is shown as text, never run. A
+style sheet keeps only rules that style (:func:`clean_sheet`).
+
 The output folder is the script's own: it writes into a new or empty folder, or one it built
 before (its marker, ``.reading-copy.json``, lists what that build wrote), and then removes only
 those files. A folder holding anything else is refused (exit 2, one line) and left as it was.
@@ -36,8 +43,11 @@ import sys
 import tarfile
 from pathlib import Path
 
+import bleach
 import jinja2
 import nbformat
+import tinycss2
+from bleach.css_sanitizer import ALLOWED_CSS_PROPERTIES, CSSSanitizer
 from nbconvert import HTMLExporter
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
@@ -82,6 +92,80 @@ class Refused(Exception):
 
 def lessons(folder: Path = NOTEBOOKS) -> list[Path]:
     return sorted(folder.glob("[0-9]*.ipynb"))
+
+
+# --------------------------------------------------------------------------- a notebook's own HTML, cleaned
+
+#: The tags a notebook's Markdown and outputs may use on a page: text, lists, code, tables (pandas
+#: frames and stylers), details, images. Any other tag (script, iframe, object, form, svg ...) is
+#: shown as text.
+TAGS = frozenset({
+    "a", "abbr", "b", "blockquote", "br", "caption", "code", "col", "colgroup", "dd", "del", "details", "div",
+    "dl", "dt", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "img", "ins", "kbd", "li", "ol", "p", "pre",
+    "q", "s", "samp", "small", "span", "strong", "style", "sub", "summary", "sup", "table", "tbody", "td",
+    "tfoot", "th", "thead", "tr", "u", "ul",
+})
+#: Their attributes: no event handler (onerror=, onclick=) is among them.
+ATTRIBUTES = {
+    "*": ["class", "id", "title", "style"],
+    "a": ["href"],
+    "img": ["src", "alt", "width", "height"],
+    "table": ["border"],
+    "th": ["colspan", "rowspan", "halign", "valign"],
+    "td": ["colspan", "rowspan"],
+    "details": ["open"],
+    "ol": ["start"],
+}
+#: The schemes a link or an image may name; a relative address (another lesson, an anchor) has none.
+PROTOCOLS = frozenset({"http", "https", "mailto"})
+#: The only functions a kept style value may call: colours, which fetch nothing.
+_CSS_FUNCTIONS = frozenset({"rgb", "rgba", "hsl", "hsla"})
+
+
+def clean_html(text: object) -> str:
+    """A notebook's own HTML as a page may hold it: :data:`TAGS`, :data:`ATTRIBUTES` and :data:`PROTOCOLS` only.
+
+    Used by nbconvert's templates wherever they place a notebook's HTML (they call this filter
+    ``clean_html``): Markdown cells once rendered, HTML and Markdown outputs, raw cells, highlighted
+    code. A diagram's source is made text first, so that it reaches mermaid as written.
+    """
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    cleaned = bleach.clean(_escape_mermaid_sources(text), tags=TAGS, attributes=ATTRIBUTES, protocols=PROTOCOLS,
+                           strip_comments=True, css_sanitizer=CSSSanitizer())
+    # bleach keeps an allowed <style> element with its sheet unchecked (and '>' escaped, which breaks
+    # a selector). Its output writes every '<' of text and attributes as '&lt;' and the element bare
+    # (no attribute is allowed on it), so this finds exactly the style elements it kept.
+    return re.sub(r"<style>(.*?)</style>", lambda sheet: f"<style>{clean_sheet(html.unescape(sheet[1]))}</style>",
+                  cleaned, flags=re.S)
+
+
+def clean_sheet(sheet: str) -> str:
+    """The rules of a style sheet that only style: a selector, then declarations of the properties bleach
+    allows in a style attribute, with no url() and no function but a colour's. @-rules (@import,
+    @font-face, which fetch) are dropped; so is a rule whose text holds a '<', which could end the element."""
+    kept = []
+    for rule in tinycss2.parse_stylesheet(sheet, skip_comments=True, skip_whitespace=True):
+        if rule.type != "qualified-rule":
+            continue
+        declarations = [
+            f"{item.lower_name}: {tinycss2.serialize(item.value).strip()}{' !important' if item.important else ''}"
+            for item in tinycss2.parse_declaration_list(rule.content, skip_comments=True, skip_whitespace=True)
+            if item.type == "declaration" and item.lower_name in ALLOWED_CSS_PROPERTIES and _fetches_nothing(item.value)
+        ]
+        text = f"{tinycss2.serialize(rule.prelude).strip()} {{ {'; '.join(declarations)} }}"
+        if declarations and "<" not in text:
+            kept.append(text)
+    return "".join(f"\n{text}" for text in kept) + "\n" * bool(kept)
+
+
+def _fetches_nothing(tokens) -> bool:
+    for token in tokens:
+        if token.type == "function":
+            if token.lower_name not in _CSS_FUNCTIONS or not _fetches_nothing(token.arguments):
+                return False
+        elif token.type not in ("ident", "hash", "number", "percentage", "dimension", "whitespace", "literal", "string"):
+            return False  # url(), a block, a parse error
+    return True
 
 
 def _integrity(path: Path) -> str:
@@ -290,6 +374,11 @@ def build(out: Path, notebooks: Path = NOTEBOOKS) -> list[Path]:
         extra_loaders=[jinja2.DictLoader({"reading_copy.html.j2": READING_TEMPLATE})],
         template_file="reading_copy.html.j2",
         mermaid_layout_elk_js_url="",  # no lesson uses the ELK layout; its CDN import would fail offline
+        # The templates pass a notebook's own HTML through the filter named clean_html when asked to
+        # sanitize (and drop JavaScript outputs); nbconvert's own filter keeps too little for the
+        # lessons (no headings, no paragraphs), so this script's takes its name.
+        sanitize_html=True,
+        filters={"clean_html": clean_html},
     )
     stems = {path.stem for path in paths}
     items, written = [], []
@@ -315,7 +404,7 @@ def build(out: Path, notebooks: Path = NOTEBOOKS) -> list[Path]:
               f"({diagrams_here} diagram{'s' * (diagrams_here != 1)})")
         items.append(
             f'<li><a href="{html.escape(page.name)}">{html.escape(title)}</a>'
-            f'<br><span class="header">{_inline_markdown(header) if header else ""}</span></li>'
+            f'<br><span class="header">{clean_html(_inline_markdown(header)) if header else ""}</span></li>'
         )
 
     write_new(

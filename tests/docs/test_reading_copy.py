@@ -135,6 +135,52 @@ def hostile(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     return folder / "html", build(folder / "html", "--notebooks", notebooks)
 
 
+def test_scripts_handlers_and_javascript_links_in_a_notebook_never_reach_the_reading_copy(hostile):
+    out, done = hostile
+    assert done.returncode == 0, done.stderr
+    page = Page((out / "01_hostile.html").read_text(encoding="utf-8"))
+    control = Page((out / "02_clean.html").read_text(encoding="utf-8"))
+    assert page.scripts == control.scripts, "a page runs only the scripts the template adds to every page"
+    assert [name for _, attrs in page.elements for name in attrs if name.startswith("on")] == []
+    assert {scheme(address) for address in page.addresses()} <= {"", "http", "https", "data"}
+    assert [a for a in page.addresses() if scheme(a) == "data" and not a.startswith("data:image/png;base64,")] == []
+    assert not {"iframe", "svg", "object", "embed", "form"} & {name for name, _ in page.elements}
+    body_styles = page.styles[len(control.styles):]
+    assert body_styles and not any(word in sheet for sheet in body_styles for word in ("@import", "url(", "</"))
+    index = Page((out / "index.html").read_text(encoding="utf-8"))
+    assert index.scripts == [] and [name for _, attrs in index.elements for name in attrs if name.startswith("on")] == []
+
+
+def test_what_a_lesson_needs_still_renders_after_cleaning(hostile):
+    out, _ = hostile
+    page = Page((out / "01_hostile.html").read_text(encoding="utf-8"))
+    hrefs = [attrs.get("href") for attrs in page.named("a")]
+    assert "02_clean.html#top" in hrefs and "https://example.com/" in hrefs  # links between lessons, and out
+    assert f"data:image/png;base64,{PIXEL}" in [attrs.get("src") for attrs in page.named("img")]
+    assert "figure.png" in [attrs.get("src") for attrs in page.named("img")]
+    assert len(page.named("table")) == 2 and "cell" in [td.get("id") for td in page.named("td")]  # the frame, the Markdown table
+    assert page.named("details") and page.named("summary") and page.named("b")
+    sheet = next(sheet for sheet in page.styles if ".dataframe" in sheet)
+    assert ".dataframe > th { text-align: right; background-color: rgb(1, 2, 3) }" in sheet
+    assert "td { color: red }" in sheet
+
+
+def test_the_lessons_pages_keep_their_tables_styles_and_diagrams(tmp_path):
+    done = build(tmp_path / "html")
+    assert done.returncode == 0, done.stderr
+    for lesson in LESSONS:
+        notebook = nbformat.read(lesson, as_version=4)
+        outputs = [output.get("data", {}) for cell in notebook.cells for output in cell.get("outputs", [])]
+        tables = sum(data.get("text/html", "").count("<table") for data in outputs)
+        diagrams = sum(cell.source.count("```mermaid") for cell in notebook.cells if cell.cell_type == "markdown")
+        page = Page((tmp_path / "html" / f"{lesson.stem}.html").read_text(encoding="utf-8"))
+        assert len(page.named("table")) >= tables, lesson.name
+        assert len([a for a in page.named("pre") if a.get("class") == "mermaid"]) == diagrams, lesson.name
+        assert [a for a in page.named("h1")], lesson.name
+    explorer = Page((tmp_path / "html" / "12_crash_explorer.html").read_text(encoding="utf-8"))
+    assert any("background-color: #bbf7d0" in sheet for sheet in explorer.styles), "the heat map lost its colours"
+
+
 # --------------------------------------------------------------------------- the output folder
 
 
