@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -115,8 +116,11 @@ class Page(HTMLParser):
 
 
 def build(out: Path, *notebooks: Path | str) -> subprocess.CompletedProcess:
+    """The script, with npm out of sight: mermaid comes from build/cache/ if an earlier build put it
+    there, else from its CDN address; no test here waits on the npm registry, or needs a network."""
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}
     return subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), *map(str, notebooks)],
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=env)
 
 
 def scheme(address: str) -> str:
