@@ -1,6 +1,6 @@
 """Build the reading copy: every committed lesson as a static HTML page, and an index.
 
-    python scripts/build_html.py [--out DIR]          (default: build/html/)
+    python scripts/build_html.py [--out DIR] [--notebooks DIR]      (default: build/html/, notebooks/)
 
 The pages are made by nbconvert from the committed, executed notebooks (notebooks/*.ipynb): nothing
 is executed, so the reading copy shows exactly the outputs that strict nbval checks. ``index.html``
@@ -16,6 +16,17 @@ bundle and its licence beside the pages. The pages then load nothing from the ne
 require.js (for math and widgets, which no lesson uses) are left out; if a lesson ever uses math,
 MathJax is kept from its CDN and the script says so. Without npm, the pages are built with mermaid
 from nbconvert's CDN address and a warning says that the diagrams then need the network.
+
+A notebook's own HTML (its Markdown cells and its outputs) is cleaned before it reaches a page:
+the pages are opened from the file system, where a script from a notebook would run with the
+reader's rights over that file system's pages. Only the tags, attributes and link schemes of
+:data:`TAGS`, :data:`ATTRIBUTES` and :data:`PROTOCOLS` are kept (text, tables, details, images,
+links to http(s), mailto or a relative address); anything else is shown as text, never run. A
+style sheet keeps only rules that style (:func:`clean_sheet`).
+
+The output folder is the script's own: it writes into a new or empty folder, or one it built
+before (its marker, ``.reading-copy.json``, lists what that build wrote), and then removes only
+those files. A folder holding anything else is refused (exit 2, one line) and left as it was.
 """
 
 from __future__ import annotations
@@ -32,14 +43,19 @@ import sys
 import tarfile
 from pathlib import Path
 
+import bleach
 import jinja2
 import nbformat
+import tinycss2
+from bleach.css_sanitizer import ALLOWED_CSS_PROPERTIES, CSSSanitizer
 from nbconvert import HTMLExporter
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 CACHE = ROOT / "build" / "cache" / "mermaid"
+#: In an output folder, the list of the files the build that made it wrote there.
+MARKER = ".reading-copy.json"
 
 MERMAID_VERSION = "11.16.1"
 MERMAID_INTEGRITY = "sha512-TQsq6u22fAn3rek5VOubrhKPo1g5hwC3FXUN9hiyupTckcYiGuuKGkNQrKYwGJkXUxZdojwRG46gsSCFZMDp4g=="
@@ -70,8 +86,86 @@ READING_TEMPLATE = """\
 """
 
 
-def lessons() -> list[Path]:
-    return sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))
+class Refused(Exception):
+    """Bad input: one line on stderr, exit 2, nothing changed."""
+
+
+def lessons(folder: Path = NOTEBOOKS) -> list[Path]:
+    return sorted(folder.glob("[0-9]*.ipynb"))
+
+
+# --------------------------------------------------------------------------- a notebook's own HTML, cleaned
+
+#: The tags a notebook's Markdown and outputs may use on a page: text, lists, code, tables (pandas
+#: frames and stylers), details, images. Any other tag (script, iframe, object, form, svg ...) is
+#: shown as text.
+TAGS = frozenset({
+    "a", "abbr", "b", "blockquote", "br", "caption", "code", "col", "colgroup", "dd", "del", "details", "div",
+    "dl", "dt", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "i", "img", "ins", "kbd", "li", "ol", "p", "pre",
+    "q", "s", "samp", "small", "span", "strong", "style", "sub", "summary", "sup", "table", "tbody", "td",
+    "tfoot", "th", "thead", "tr", "u", "ul",
+})
+#: Their attributes: no event handler (onerror=, onclick=) is among them.
+ATTRIBUTES = {
+    "*": ["class", "id", "title", "style"],
+    "a": ["href"],
+    "img": ["src", "alt", "width", "height"],
+    "table": ["border"],
+    "th": ["colspan", "rowspan", "halign", "valign"],
+    "td": ["colspan", "rowspan"],
+    "details": ["open"],
+    "ol": ["start"],
+}
+#: The schemes a link or an image may name; a relative address (another lesson, an anchor) has none.
+PROTOCOLS = frozenset({"http", "https", "mailto"})
+#: The only functions a kept style value may call: colours, which fetch nothing.
+_CSS_FUNCTIONS = frozenset({"rgb", "rgba", "hsl", "hsla"})
+
+
+def clean_html(text: object) -> str:
+    """A notebook's own HTML as a page may hold it: :data:`TAGS`, :data:`ATTRIBUTES` and :data:`PROTOCOLS` only.
+
+    Used by nbconvert's templates wherever they place a notebook's HTML (they call this filter
+    ``clean_html``): Markdown cells once rendered, HTML and Markdown outputs, raw cells, highlighted
+    code. A diagram's source is made text first, so that it reaches mermaid as written.
+    """
+    text = text.decode() if isinstance(text, bytes) else str(text)
+    cleaned = bleach.clean(_escape_mermaid_sources(text), tags=TAGS, attributes=ATTRIBUTES, protocols=PROTOCOLS,
+                           strip_comments=True, css_sanitizer=CSSSanitizer())
+    # bleach keeps an allowed <style> element with its sheet unchecked (and '>' escaped, which breaks
+    # a selector). Its output writes every '<' of text and attributes as '&lt;' and the element bare
+    # (no attribute is allowed on it), so this finds exactly the style elements it kept.
+    return re.sub(r"<style>(.*?)</style>", lambda sheet: f"<style>{clean_sheet(html.unescape(sheet[1]))}</style>",
+                  cleaned, flags=re.S)
+
+
+def clean_sheet(sheet: str) -> str:
+    """The rules of a style sheet that only style: a selector, then declarations of the properties bleach
+    allows in a style attribute, with no url() and no function but a colour's. @-rules (@import,
+    @font-face, which fetch) are dropped; so is a rule whose text holds a '<', which could end the element."""
+    kept = []
+    for rule in tinycss2.parse_stylesheet(sheet, skip_comments=True, skip_whitespace=True):
+        if rule.type != "qualified-rule":
+            continue
+        declarations = [
+            f"{item.lower_name}: {tinycss2.serialize(item.value).strip()}{' !important' if item.important else ''}"
+            for item in tinycss2.parse_declaration_list(rule.content, skip_comments=True, skip_whitespace=True)
+            if item.type == "declaration" and item.lower_name in ALLOWED_CSS_PROPERTIES and _fetches_nothing(item.value)
+        ]
+        text = f"{tinycss2.serialize(rule.prelude).strip()} {{ {'; '.join(declarations)} }}"
+        if declarations and "<" not in text:
+            kept.append(text)
+    return "".join(f"\n{text}" for text in kept) + "\n" * bool(kept)
+
+
+def _fetches_nothing(tokens) -> bool:
+    for token in tokens:
+        if token.type == "function":
+            if token.lower_name not in _CSS_FUNCTIONS or not _fetches_nothing(token.arguments):
+                return False
+        elif token.type not in ("ident", "hash", "number", "percentage", "dimension", "whitespace", "literal", "string"):
+            return False  # url(), a block, a parse error
+    return True
 
 
 def _integrity(path: Path) -> str:
@@ -105,13 +199,14 @@ def fetch_mermaid() -> Path | None:
 def install_mermaid(tarball: Path, out: Path) -> str:
     """Copy the browser bundle and its licence out of the tarball; return the page-relative script path."""
     target = out / MERMAID_DIR
-    target.mkdir(parents=True, exist_ok=True)
+    target.mkdir(exist_ok=True)
     with tarfile.open(tarball) as archive:
         for member, name in (("package/dist/mermaid.min.js", "mermaid.min.js"), ("package/LICENSE", "LICENSE")):
             source = archive.extractfile(member)
             if source is None:
                 raise SystemExit(f"{tarball.name} has no {member}")
-            (target / name).write_bytes(source.read())
+            with (target / name).open("xb") as copy:  # a new file: see write_new
+                copy.write(source.read())
     return f"{MERMAID_DIR}/mermaid.min.js"
 
 
@@ -187,15 +282,84 @@ To run them yourself, clone the repository and type <code>make lab</code>.</p>
 """
 
 
-def build(out: Path) -> list[Path]:
-    paths = lessons()
+# --------------------------------------------------------------------------- the output folder
+
+
+def previous_build(out: Path) -> list[str] | None:
+    """The files the build that made ``out`` wrote there (its marker), or None if none made it."""
+    marker = out / MARKER
+    if not marker.is_file() or marker.is_symlink():
+        return None
+    try:
+        listed = json.loads(marker.read_text(encoding="utf-8"))["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = None
+    # Only names this script writes: a marker cannot send the clean-up outside the folder.
+    if not isinstance(listed, list) or not all(isinstance(name, str) and re.fullmatch(_WRITTEN, name) for name in listed):
+        raise Refused(f"--out {out}: {MARKER} is not one this script wrote; give a new or empty folder")
+    return listed
+
+
+_WRITTEN = rf"(?:{re.escape(MERMAID_DIR)}/)?[A-Za-z0-9_][A-Za-z0-9_.-]*"
+
+
+def make_room(out: Path, planned: list[str]) -> None:
+    """Make ``out`` ready to receive ``planned``: a new folder, an empty one, or one this script built.
+
+    Of a folder it built, only the files its marker lists are removed (a link among them as a link,
+    never what it points at); a file of anyone else's stays. Anything else is refused before a file
+    changes: a folder holding files without a marker, a symlink, or a planned name that is taken.
+    """
+    if out.is_symlink():
+        raise Refused(f"--out {out} is a symlink; give the folder itself")
+    if out.exists() and not out.is_dir():
+        raise Refused(f"--out {out} is not a folder")
+    if not out.exists():
+        out.mkdir(parents=True)
+        return
+    previous = previous_build(out)
+    if previous is None:
+        if any(out.iterdir()):
+            raise Refused(f"--out {out} holds files this script did not write (it has no {MARKER}); "
+                          "give a new or empty folder, or remove it yourself")
+        return
+    mermaid = out / MERMAID_DIR
+    if mermaid.is_symlink() or (mermaid.exists() and not mermaid.is_dir()):
+        raise Refused(f"--out {out}: {MERMAID_DIR} is not a folder this script made")
+    owned = [MARKER, *previous]
+    taken = [name for name in planned if name not in owned and ((out / name).is_symlink() or (out / name).exists())]
+    if taken:
+        raise Refused(f"--out {out}: {taken[0]} is not from the last build, and this one would replace it")
+    for name in owned:
+        path = out / name
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+    if mermaid.is_dir() and not any(mermaid.iterdir()):
+        mermaid.rmdir()
+
+
+def write_new(path: Path, text: str) -> None:
+    """A new file: mode "x" never writes into, nor through, whatever the name already holds."""
+    with path.open("x", encoding="utf-8") as file:
+        file.write(text)
+
+
+# --------------------------------------------------------------------------- the build
+
+
+def build(out: Path, notebooks: Path = NOTEBOOKS) -> list[Path]:
+    paths = lessons(notebooks)
     if not paths:
-        raise SystemExit("no notebooks/[0-9]*.ipynb to build")
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+        raise Refused(f"--notebooks {notebooks}: no [0-9]*.ipynb to build")
 
     tarball = fetch_mermaid()
+    planned = [MARKER, *(f"{path.stem}.html" for path in paths), "index.html", "build-info.json"]
+    if tarball is not None:
+        planned += [f"{MERMAID_DIR}/mermaid.min.js", f"{MERMAID_DIR}/LICENSE"]
+    make_room(out, planned)
+    # The marker first: a build that stops half-way leaves a folder the next build knows as its own.
+    write_new(out / MARKER, json.dumps({"files": planned[1:]}, indent=2) + "\n")
+
     if tarball is not None:
         script = install_mermaid(tarball, out)
         diagrams = f"diagrams drawn by mermaid {MERMAID_VERSION}, copied beside the pages: no network needed"
@@ -210,6 +374,11 @@ def build(out: Path) -> list[Path]:
         extra_loaders=[jinja2.DictLoader({"reading_copy.html.j2": READING_TEMPLATE})],
         template_file="reading_copy.html.j2",
         mermaid_layout_elk_js_url="",  # no lesson uses the ELK layout; its CDN import would fail offline
+        # The templates pass a notebook's own HTML through the filter named clean_html when asked to
+        # sanitize (and drop JavaScript outputs); nbconvert's own filter keeps too little for the
+        # lessons (no headings, no paragraphs), so this script's takes its name.
+        sanitize_html=True,
+        filters={"clean_html": clean_html},
     )
     stems = {path.stem for path in paths}
     items, written = [], []
@@ -227,7 +396,7 @@ def build(out: Path) -> list[Path]:
             },
         )
         page = out / f"{path.stem}.html"
-        page.write_text(_link_lessons(_escape_mermaid_sources(body), stems), encoding="utf-8")
+        write_new(page, _link_lessons(_escape_mermaid_sources(body), stems))
         written.append(page)
         title, header = title_and_header(notebook, path.stem)
         diagrams_here = sum(source.count("```mermaid") for source in _markdown_sources(notebook))
@@ -235,21 +404,21 @@ def build(out: Path) -> list[Path]:
               f"({diagrams_here} diagram{'s' * (diagrams_here != 1)})")
         items.append(
             f'<li><a href="{html.escape(page.name)}">{html.escape(title)}</a>'
-            f'<br><span class="header">{_inline_markdown(header) if header else ""}</span></li>'
+            f'<br><span class="header">{clean_html(_inline_markdown(header)) if header else ""}</span></li>'
         )
 
-    (out / "index.html").write_text(
+    write_new(
+        out / "index.html",
         INDEX.format(
             title="Durable agent workflows: the lessons",
             items="\n".join(items),
             footer=html.escape(f"Built from notebooks/ by scripts/build_html.py; {diagrams}."),
         ),
-        encoding="utf-8",
     )
-    (out / "build-info.json").write_text(
+    write_new(
+        out / "build-info.json",
         json.dumps({"mermaid": MERMAID_VERSION if script else None, "offline_diagrams": bool(script),
                     "lessons": [page.name for page in written]}, indent=2) + "\n",
-        encoding="utf-8",
     )
     print(f"{len(written)} lessons and index.html in {out}; {diagrams}")
     return written
@@ -257,9 +426,15 @@ def build(out: Path) -> list[Path]:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=ROOT / "build" / "html", help="output folder (default: build/html)")
+    parser.add_argument("--out", type=Path, default=ROOT / "build" / "html",
+                        help="output folder: new, empty, or built by this script before (default: build/html)")
+    parser.add_argument("--notebooks", type=Path, default=NOTEBOOKS, help="the lessons' folder (default: notebooks)")
     args = parser.parse_args(argv)
-    build(args.out.resolve())
+    try:
+        build(args.out.absolute(), args.notebooks)
+    except Refused as refused:
+        print(f"build_html.py: {refused}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -24,24 +24,29 @@ interpreter: real processes with their own file descriptors and locks, killed by
 for a hundredth of the start-up cost, which is what lets a lesson run 160 scenarios in seconds.
 A forked child only does labkit work, writes nothing to the parent's streams and leaves
 with ``os._exit``. POSIX only, like SIGKILL itself. Taught in 12_crash_explorer.
+
+Nothing the explorer reads back from its folder can run code: the processes that play scenarios
+side by side hand their results back as JSON over a pipe (:func:`in_parallel`), never through a
+file, and the folder must be the user's own, not one that others can write into (:func:`_fresh_folder`).
 """
 
 from __future__ import annotations
 
+import json
 import os
-import pickle
 import random
 import signal
+import stat
 import time
 from collections.abc import Callable, Sequence
 from contextlib import closing, suppress
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar
 
 from .. import contract
-from ..children import ChildEnd, fork, in_child
+from ..children import ChildEnd, collect, end_of, first_line, fork, in_child
 from ..clock import ManualClock
 from ..coordinator import Coordinator
 from ..crashpoints import CRASH_POINTS, LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint, points
@@ -52,6 +57,7 @@ from ..engines import engine as engine_named
 from ..engines.labkit import recorded_step
 from ..errors import BadInput
 from ..invariants import STATEMENTS, check_invariants
+from ..jsontext import canonical_json, strict_loads
 from ..provider import CallLog, call_log_for
 from ..steps import Step
 from ..store import connect, connect_readonly, find_run_txn
@@ -157,6 +163,19 @@ class ScenarioResult:
     final_recovery: str                        # what the last, unarmed recovery said
     read_bytes: int = 0                        # what the provider sent, over every read of the scenario
     completed: bool = False                    # the run's row says report_completed at the end
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ScenarioResult:
+        """The result :func:`dataclasses.asdict` wrote as JSON in an :func:`in_parallel` worker, rebuilt."""
+        scenario = data["scenario"]
+        return cls(
+            Scenario(scenario["flow"], tuple(scenario["crash_points"]), scenario["bug"], scenario["engine"], scenario["system_url"]),
+            tuple(ChildEnd(end["killed"], end["code"], end["error"]) for end in data["ends"]),
+            {int(number): held for number, held in data["invariants"].items()},
+            {int(number): detail for number, detail in data["broken"].items()},
+            data["provider_reads"], data["receipts"], data["tickets"], data["final_recovery"], data["read_bytes"],
+            data["completed"],
+        )
 
     @property
     def name(self) -> str:
@@ -374,7 +393,8 @@ class Exploration:
     def as_json(self) -> dict[str, object]:
         return {
             "scenarios": [result.row() for result in self.results],
-            "random": None if self.random is None else self.random.as_json(),
+            # The contract (DESIGN.md) shows an object: no random kills asked for is zero trials, not null.
+            "random": (self.random or RandomKills(trials=0, seed=0, window_ms=0.0, results=[])).as_json(),
             "held": self.held,
         }
 
@@ -403,7 +423,7 @@ def explore(db_dir: str | Path, *, pairs: bool = True, bug: str | None = None, n
     if named:
         chosen = scenarios(pairs=pairs, bug=bug, engine=engine)
         tasks = [partial(run_scenario, scenario, root / f"{number:03d}") for number, scenario in enumerate(chosen, start=1)]
-        exploration.results = in_parallel(tasks, root, workers=workers)
+        exploration.results = in_parallel(tasks, ScenarioResult.from_json, workers=workers)
     if random_trials:
         exploration.random = random_kills(root / "random", random_trials, seed, bug=bug, workers=workers)
     exploration.seconds = time.perf_counter() - started
@@ -417,50 +437,80 @@ def default_workers() -> int:
     return min(MAX_WORKERS, 2 * (os.cpu_count() or 1))
 
 
-def in_parallel(tasks: Sequence[Callable[[], T]], folder: Path, *, workers: int | None = None) -> list[T]:
+def in_parallel(tasks: Sequence[Callable[[], object]], decode: Callable[[dict[str, Any]], T], *,
+                workers: int | None = None) -> list[T]:
     """Each task's result, in order; tasks dealt out in turn to ``workers`` forked processes.
 
-    A worker writes its results to a file in ``folder`` (pickled: they are this module's own
-    dataclasses, read back by the process that forked it) and leaves; a worker that fails
-    leaves its error there instead, raised here.
+    A worker hands each result back over a pipe of its own, as one line of JSON that ``decode``
+    rebuilds, and never through a file: a file in the explorer's folder could have been put there,
+    or swapped, by anyone who can write to that folder, and reading back a pickle runs whatever
+    code it names. A line of JSON read with :func:`~labkit.jsontext.strict_loads` is only data.
+    A worker that fails sends its error instead, raised here; one that ends without every result
+    is an error too.
     """
     count = max(1, min(workers or default_workers(), len(tasks)))
     if count == 1:
-        return [task() for task in tasks]
+        return [decode(_as_json(task())) for task in tasks]  # the same round trip as a worker's
     _warm()
     children = []
-    for number in range(count):
-        out = folder / f".worker-{number}.pickle"
-        children.append((fork(partial(_share, tasks[number::count], out)), out))
-    results: list[list[T]] = []
     try:
-        for pid, out in children:
-            os.waitpid(pid, 0)
-            outcome = pickle.loads(out.read_bytes())
-            out.unlink()
-            if isinstance(outcome, BaseException):
-                raise outcome
-            results.append(cast(list[T], outcome))
+        for number in range(count):
+            read_end, write_end = os.pipe()
+            pid = fork(partial(_share, tasks[number::count], read_end, write_end))
+            os.close(write_end)  # the child's copy stays open: the pipe ends when the child does
+            children.append((pid, os.fdopen(read_end, encoding="utf-8")))
+        # Readers start after the last fork, so no child is forked while a reader holds a lock.
+        lines: list[list[str]] = [[] for _ in children]
+        readers = [collect(stream, into) for (_, stream), into in zip(children, lines, strict=True)]
+        ends = [os.waitpid(pid, 0)[1] for pid, _ in children]
     except BaseException:
-        for pid, _ in children:  # interrupted, or one failed: leave no worker behind
+        for pid, _ in children:  # interrupted: leave no worker behind (its pipe then ends too)
             with suppress(ChildProcessError, ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
         raise
+    results: list[list[T]] = []
+    for number, ((_, stream), reader, said, status) in enumerate(zip(children, readers, lines, ends, strict=True)):
+        reader.join()
+        stream.close()
+        # A line cut short (a worker killed while writing it) is no result: the count below says so.
+        sent = [strict_loads(line) for line in said if line.endswith("\n")]
+        errors = [message["error"] for message in sent if "error" in message]
+        if errors:
+            raise RuntimeError(f"an explorer worker stopped: {errors[0]}")
+        expected = len(tasks[number::count])
+        if len(sent) != expected:
+            raise RuntimeError(f"explorer worker {number} ended ({end_of(status)}) after {len(sent)} of {expected} results")
+        results.append([decode(message["result"]) for message in sent])
     return [results[index % count][index // count] for index in range(len(tasks))]
 
 
-def _share(tasks: Sequence[Callable[[], object]], out: Path) -> None:
-    """In an :func:`in_parallel` worker: its tasks' results, or the error that stopped them, pickled to ``out``."""
-    try:
-        outcome: object = [task() for task in tasks]
-    except BaseException as error:  # noqa: BLE001 - handed to the parent, which raises it
-        out.write_bytes(pickle.dumps(RuntimeError(f"an explorer worker stopped: {type(error).__name__}: {error}")))
-        raise SystemExit(1) from None
-    out.write_bytes(pickle.dumps(outcome))
+def _as_json(result: Any) -> dict[str, Any]:
+    """A result (a frozen dataclass of this module) as JSON data: what crosses the pipe."""
+    return json.loads(canonical_json(asdict(result)))
+
+
+def _share(tasks: Sequence[Callable[[], Any]], read_end: int, write_end: int) -> None:
+    """In an :func:`in_parallel` worker: one JSON line per result, or the error that stopped the tasks."""
+    os.close(read_end)
+    with os.fdopen(write_end, "w", encoding="utf-8") as pipe:
+        try:
+            for task in tasks:
+                pipe.write(canonical_json({"result": asdict(task())}) + "\n")
+                pipe.flush()
+        except BaseException as error:  # noqa: BLE001 - handed to the parent, which raises it
+            pipe.write(canonical_json({"error": first_line(error)}) + "\n")
+            raise SystemExit(1) from None
 
 
 def _fresh_folder(path: str | Path) -> Path:
+    """``path`` as a new or empty folder of this user's, that no other user can write into.
+
+    The explorer writes databases there and reads them back to judge the invariants: a folder that
+    others can write into (``chmod o+w``, with or without the sticky bit, which stops removal but
+    not creation) lets them plant or swap what it reads, so it is refused, as is a folder that
+    belongs to another user. A folder made here is made private (mode 0700).
+    """
     folder = Path(path)
     if folder.is_symlink():
         raise BadExploreOption("--db-dir", f"{folder} is a symlink; give the folder itself")
@@ -468,13 +518,27 @@ def _fresh_folder(path: str | Path) -> Path:
         raise BadExploreOption("--db-dir", f"{folder} is not a folder")
     if folder.is_dir() and any(folder.iterdir()):
         raise BadExploreOption("--db-dir", f"{folder} is not empty; the explorer needs a new or empty folder")
+    if folder.is_dir():
+        _check_private(folder)  # before anything is made in it
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as error:
         raise BadExploreOption("--db-dir", f"cannot make {folder}: {error.strerror or error}") from None
+    _check_private(folder)  # the folder as it is now, had it been swapped since the first look
     if not os.access(folder, os.W_OK):
         raise BadExploreOption("--db-dir", f"{folder} is not writable")
     return folder
+
+
+def _check_private(folder: Path) -> None:
+    found = folder.lstat()  # lstat: a symlink put in its place is refused, never followed
+    if not stat.S_ISDIR(found.st_mode):
+        raise BadExploreOption("--db-dir", f"{folder} is not a folder")
+    if found.st_uid != os.geteuid():
+        raise BadExploreOption("--db-dir", f"{folder} belongs to another user (uid {found.st_uid}); give a folder of your own")
+    if found.st_mode & stat.S_IWOTH:
+        raise BadExploreOption("--db-dir", f"{folder} can be written by every user, who could plant files in it; "
+                                           "give a folder only you can write to (chmod o-w)")
 
 
 # --------------------------------------------------------------------------- random kills
@@ -490,6 +554,12 @@ class Trial:
     killed: tuple[bool, bool]      # were the run, and the recovery, killed before they ended by themselves?
     step_after_kill: str           # where the run's rows stood after the first kill
     broken: dict[int, str]
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Trial:
+        """The trial :func:`dataclasses.asdict` wrote as JSON in an :func:`in_parallel` worker, rebuilt."""
+        return cls(data["number"], data["run_delay_ms"], data["recovery_delay_ms"], tuple(data["killed"]),
+                   data["step_after_kill"], {int(number): detail for number, detail in data["broken"].items()})
 
 
 @dataclass
@@ -550,7 +620,7 @@ def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None 
     delays = [(rng.uniform(0, 0.6 * window), rng.uniform(0, 0.6 * window)) for _ in range(trials)]
     tasks = [partial(_random_trial, root / f"{number:04d}", number, run_delay, recovery_delay, driver)
              for number, (run_delay, recovery_delay) in enumerate(delays, start=1)]
-    results = in_parallel(tasks, root, workers=workers)
+    results = in_parallel(tasks, Trial.from_json, workers=workers)
     return RandomKills(trials, seed, window * 1000, results, time.perf_counter() - started)
 
 

@@ -8,7 +8,8 @@ only, never the temporary folder.
 The learner works in ``my-lab/``, a copy of ``notebooks/`` that ``make lab`` makes on first
 use and git ignores, so saved answers never touch the committed lessons that ``make test``
 checks. :func:`reset` brings a lesson (or every lesson) back to its committed state and
-removes the scratch folders that lessons left behind, and nothing else.
+removes the scratch folders that lessons left behind, and nothing else. Neither ever writes
+through a symlink in ``my-lab/``: a link there may point at any file of the learner's.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import tempfile
 import time
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,6 +96,16 @@ class NotALesson(BadInput):
         super().__init__(f"no lesson {lesson!r} in notebooks/: expected one of {', '.join(known)}")
 
 
+class NotAPlainFile(BadInput):
+    """A name reset would replace (a lesson in ``my-lab/``, or ``my-lab/.backup``) holds something
+    else: a symlink, which it would write through, a folder, a FIFO."""
+
+    def __init__(self, path: Path, found: str):
+        self.path = path
+        super().__init__(f"{path} is {found}: reset replaces only plain files and never writes through a link; "
+                         "move it away and reset again")
+
+
 def lesson_files() -> list[Path]:
     """The committed lessons, in order."""
     return sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))
@@ -108,9 +121,11 @@ def make_learner_copy(copy: Path = LEARNER_COPY) -> list[Path]:
     copied = []
     for lesson in lesson_files():
         target = copy / lesson.name
-        if not target.exists():
-            shutil.copyfile(lesson, target)
-            copied.append(target)
+        try:  # a new file or nothing: a name already there (a link too, even a dangling one) is the learner's
+            _write_new(target, lesson.read_bytes())
+        except FileExistsError:
+            continue
+        copied.append(target)
     return copied
 
 
@@ -122,32 +137,95 @@ class ResetReport:
     scratch_in_use: list[str]
 
 
-def reset(lesson: str | None = None, copy: Path = LEARNER_COPY) -> ResetReport:
+def reset(lesson: str | None = None, copy: Path | None = None) -> ResetReport:
     """Bring one lesson (``"04"``) or all of them back to the committed state.
 
     The learner's notebook is replaced by the committed one; if it differed, the replaced
     file is kept in ``my-lab/.backup/`` first. Scratch folders that lessons left behind
     (a kernel that was killed cannot remove its own) are removed, except those whose
     kernel is still running. Nothing else is touched: other files in ``my-lab/`` stay.
+    A lesson's name (or ``.backup``) holding a symlink, a folder or a FIFO is refused
+    (:class:`NotAPlainFile`) before anything changes: a link may point anywhere, outside the lab.
     """
+    copy = LEARNER_COPY if copy is None else copy
     lessons = lesson_files()
     known = [path.name[:2] for path in lessons]
     if lesson is not None and lesson not in known:
         raise NotALesson(lesson, known)
     chosen = [path for path in lessons if lesson is None or path.name[:2] == lesson]
+    backups = copy / ".backup"
+    _refuse_unless_plain(backups, copy, folder=True)
+    for committed in chosen:
+        _refuse_unless_plain(copy / committed.name, copy)
     copy.mkdir(exist_ok=True)
     restored, backed_up = [], []
     for committed in chosen:
-        target = copy / committed.name
-        if target.exists() and target.read_bytes() != committed.read_bytes():
-            backup = copy / ".backup" / f"{target.stem}-{time.strftime('%Y%m%d-%H%M%S')}.ipynb"
-            backup.parent.mkdir(exist_ok=True)
-            shutil.copyfile(target, backup)
+        target, wanted = copy / committed.name, committed.read_bytes()
+        previous = _read_plain(target)
+        if previous is not None and previous != wanted:
+            backups.mkdir(exist_ok=True)
+            backup = _backup(backups / f"{target.stem}-{time.strftime('%Y%m%d-%H%M%S')}", previous)
             backed_up.append(str(backup.relative_to(copy.parent)))
-        shutil.copyfile(committed, target)
+        _replace(target, wanted)
         restored.append(target.name)
     removed, in_use = _remove_scratch({path.name[:2] for path in chosen})
     return ResetReport(restored, backed_up, removed, in_use)
+
+
+def _refuse_unless_plain(path: Path, copy: Path, *, folder: bool = False) -> None:
+    """Refuse ``path`` unless it is missing, or a plain file (``folder``: a real folder), never a link."""
+    try:
+        found = path.lstat()  # lstat: the name itself, not what a link there points at
+    except FileNotFoundError:
+        return
+    shown = path.relative_to(copy.parent)
+    if stat.S_ISLNK(found.st_mode):
+        raise NotAPlainFile(shown, "a symlink")
+    if folder and not stat.S_ISDIR(found.st_mode):
+        raise NotAPlainFile(shown, "not a folder")
+    if not folder and not stat.S_ISREG(found.st_mode):
+        raise NotAPlainFile(shown, "a folder" if stat.S_ISDIR(found.st_mode) else "not a plain file")
+
+
+def _read_plain(path: Path) -> bytes | None:
+    """The bytes of the plain file at ``path``, None if there is none; a link put there since the
+    check fails (O_NOFOLLOW) instead of being read, and a FIFO cannot block (O_NONBLOCK)."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    with open(descriptor, "rb") as file:
+        return file.read()
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Make ``path`` a new file holding ``data``; FileExistsError if the name holds anything,
+    a symlink included (O_EXCL never follows one)."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666)
+    with open(descriptor, "wb") as file:
+        file.write(data)
+
+
+def _backup(stem: Path, data: bytes) -> Path:
+    """``data`` in a new file ``stem.ipynb`` (``stem-2.ipynb`` ... when two resets share a second)."""
+    for number in range(1, 100):
+        path = stem.with_name(f"{stem.name}{'' if number == 1 else f'-{number}'}.ipynb")
+        try:
+            _write_new(path, data)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"{stem}: 99 backups in one second")
+
+
+def _replace(target: Path, data: bytes) -> None:
+    """Put ``data`` at ``target``: a new file written beside it, then renamed over the name.
+    A rename replaces what the name held and never writes into it, and a crash leaves the old file."""
+    temporary = target.with_name(f".{target.name}.{os.getpid()}.reset")
+    with suppress(FileNotFoundError):
+        temporary.unlink()  # left by a reset that was killed: the name only, never followed
+    _write_new(temporary, data)
+    os.replace(temporary, target)
 
 
 def _remove_scratch(lessons: set[str]) -> tuple[list[str], list[str]]:

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
+import subprocess
+import sys
+import time
+from contextlib import suppress
+from dataclasses import dataclass
 from itertools import product
 
 import pytest
@@ -18,6 +24,7 @@ import labkit
 from labkit.crashpoints import CRASH_POINTS, CrashPoint
 from labkit.lab import explorer
 from labkit.lab.naive import CRASH_BUGS
+from labkit.lab.processes import child_env
 
 RUN = ["before_read", "after_read", "before_evidence_commit", "after_evidence_commit", "before_receipt_write",
        "before_completion_commit", "after_completion_commit", "before_send", "after_send"]
@@ -246,3 +253,88 @@ def test_the_recovery_scorecard_reads_the_explorers_table(exploration, tmp_path)
     assert score.rereads == sum(r.provider_reads - 1 for r in exploration.results) == 52
     naive = explorer.explore(tmp_path / "naive", pairs=False, bug="retry_without_key")
     assert labkit.evaluation.recovery_from_scenarios(naive.frame().to_dict("records")).duplicate_effects == 1  # the kill after the send
+
+
+def test_explore_json_shows_the_random_object_the_contract_promises_even_without_random_kills(cli, tmp_path):
+    done = cli("explore", "--db-dir", tmp_path / "x", "--singles", "--json")
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["random"] == {"trials": 0, "seed": 0, "window_ms": 0.0, "landed": {}, "violations": [], "seconds": 0.0}
+
+
+# =========================================================================== the folder it works in
+
+
+@dataclass(frozen=True)
+class _Planted:
+    """What ``pickle.loads`` runs if it ever reads this object back: it makes the folder ``ran``."""
+
+    ran: str
+
+    def __reduce__(self):
+        return (os.mkdir, (self.ran,))
+
+
+def test_files_planted_where_workers_once_left_results_run_nothing_and_change_nothing(tmp_path):
+    """Someone who can write to --db-dir plants, over and over while the exploration runs, a pickle
+    and a symlink where a worker once left its results (.worker-N.pickle): nothing planted runs,
+    the file the link points at is untouched, and the table is the right one."""
+    folder, ran, outside = tmp_path / "x", tmp_path / "planted-code-ran", tmp_path / "outside.txt"
+    outside.write_text("not the explorer's")
+    bait = pickle.dumps(_Planted(str(ran)))
+    out = tmp_path / "stdout.json"
+    with out.open("w") as stdout:
+        explore = subprocess.Popen([sys.executable, "-m", "labkit", "explore", "--db-dir", str(folder), "--singles",
+                                    "--workers", "2", "--json"], stdout=stdout, stderr=subprocess.PIPE, text=True,
+                                   env=child_env())
+        planted = 0
+        while explore.poll() is None:
+            with suppress(OSError):  # the folder does not exist yet
+                link = folder / ".worker-1.pickle"
+                if not link.is_symlink():
+                    link.symlink_to(outside)
+                (folder / ".planting").write_bytes(bait)
+                os.replace(folder / ".planting", folder / ".worker-0.pickle")  # whole, never half-written
+                planted += 1
+            time.sleep(0.0005)
+        stderr = explore.stderr.read()
+    assert planted > 100, "the planting never started: the test proves nothing"
+    assert (ran.exists(), outside.read_bytes()) == (False, b"not the explorer's"), "planted code ran, or a link was followed"
+    assert explore.returncode == 0, stderr
+    found = json.loads(out.read_text())
+    assert len(found["scenarios"]) == 17 and found["held"]
+    assert all(row["broken"] == {} and row["receipts"] == 1 for row in found["scenarios"])
+
+
+def test_a_folder_that_every_user_can_write_to_is_refused_sticky_or_not(cli_main, refused, tmp_path):
+    for mode in (0o777, 0o1777):
+        shared = tmp_path / f"shared-{mode:o}"
+        shared.mkdir()
+        shared.chmod(mode)
+        refused(cli_main("explore", "--db-dir", shared, "--singles"), str(shared), "every user")
+        assert list(shared.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder to another user")
+def test_another_users_folder_is_refused(cli_main, refused, tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    refused(cli_main("explore", "--db-dir", theirs, "--singles"), "another user")
+    assert list(theirs.iterdir()) == []
+
+
+def test_a_folder_the_explorer_makes_is_private(tmp_path):
+    made = explorer._fresh_folder(tmp_path / "new" / "x")
+    assert made.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_worker_that_fails_or_dies_is_an_error_not_a_short_table():
+    def boom():
+        raise ValueError("boom")
+
+    with pytest.raises(RuntimeError, match="an explorer worker stopped: ValueError: boom"):
+        explorer.in_parallel([lambda: explorer.ChildEnd(False, 0), boom], lambda data: data, workers=2)
+    with pytest.raises(RuntimeError, match=r"explorer worker 1 ended \(killed\) after 0 of 1 results"):
+        explorer.in_parallel([lambda: explorer.ChildEnd(False, 0), lambda: os.kill(os.getpid(), signal.SIGKILL)],
+                             lambda data: data, workers=2)

@@ -86,3 +86,60 @@ def test_a_workspace_marks_its_folder_for_reset(scratch):
     marker = json.loads((ws.folder / workspace.MARKER).read_text(encoding="utf-8"))
     assert marker == {"lesson": "03-exercise", "pid": os.getpid()}
     assert ws.folder.parent == scratch
+
+
+def _tree(folder):
+    """Every name under ``folder``: a link as where it points, a file as its bytes, a folder as such."""
+    return {str(path.relative_to(folder)): (f"-> {os.readlink(path)}" if path.is_symlink() else
+                                           "folder" if path.is_dir() else path.read_bytes())
+            for path in sorted(folder.rglob("*"))}
+
+
+def test_reset_never_writes_through_a_symlink_in_my_lab(tmp_path, scratch, cli_main, refused, monkeypatch):
+    copy = tmp_path / "my-lab"
+    workspace.make_learner_copy(copy)
+    monkeypatch.setattr(workspace, "LEARNER_COPY", copy)  # `reset` acts on the repository's my-lab/ otherwise
+    outside, elsewhere = tmp_path / "outside.ipynb", tmp_path / "elsewhere"
+    outside.write_bytes(b"the learner's own file, outside the lab")
+    elsewhere.mkdir()
+    lesson = copy / LESSONS[4].name
+    number = LESSONS[4].name[:2]
+
+    lesson.unlink()
+    lesson.symlink_to(outside)
+    before = _tree(copy)
+    refused(cli_main("reset", "--lesson", number), f"my-lab/{lesson.name} is a symlink")
+    refused(cli_main("reset"), f"my-lab/{lesson.name} is a symlink")
+    assert outside.read_bytes() == b"the learner's own file, outside the lab"
+    assert _tree(copy) == before
+
+    lesson.unlink()
+    lesson.write_text("my edits", encoding="utf-8")
+    (copy / ".backup").symlink_to(elsewhere)
+    before = _tree(copy)
+    refused(cli_main("reset", "--lesson", number), "my-lab/.backup is a symlink")
+    assert list(elsewhere.iterdir()) == [] and _tree(copy) == before
+
+    (copy / ".backup").unlink()
+    lesson.unlink()
+    os.mkfifo(lesson)  # reading one would wait for a writer forever
+    refused(cli_main("reset", "--lesson", number), f"my-lab/{lesson.name} is not a plain file")
+
+    lesson.unlink()
+    lesson.write_text("my edits", encoding="utf-8")
+    done = cli_main("reset", "--lesson", number)
+    assert done.returncode == 0, done.stderr
+    assert lesson.read_bytes() == LESSONS[4].read_bytes() and not lesson.is_symlink()
+    [backup] = (copy / ".backup").iterdir()
+    assert backup.read_text(encoding="utf-8") == "my edits"
+
+
+def test_the_first_copy_never_writes_through_a_link_left_in_my_lab(tmp_path):
+    copy = tmp_path / "my-lab"
+    copy.mkdir()
+    dangling = copy / LESSONS[0].name
+    dangling.symlink_to(tmp_path / "nowhere.ipynb")
+    copied = workspace.make_learner_copy(copy)
+    assert dangling not in copied and dangling.is_symlink()
+    assert not (tmp_path / "nowhere.ipynb").exists(), "make lab wrote a lesson through a dangling link"
+    assert len(copied) == len(LESSONS) - 1
