@@ -55,7 +55,7 @@ from ..effects import Tickets
 from ..engines import INCIDENT, Engine, LabkitEngine, expected_reads, provider_for
 from ..engines import engine as engine_named
 from ..engines.labkit import recorded_step
-from ..errors import BadInput
+from ..errors import BadInput, RunFailure
 from ..invariants import STATEMENTS, check_invariants
 from ..jsontext import canonical_json, strict_loads
 from ..provider import CallLog, call_log_for
@@ -85,6 +85,11 @@ MAX_WORKERS = 64
 class BadExploreOption(BadInput):
     def __init__(self, option: str, reason: str):
         super().__init__(f"{option}: {reason}")
+
+
+class ExplorerWorkerFailed(RunFailure):
+    """A process playing scenarios failed or died: the table would be short, so there is none.
+    A run-time failure (exit 1, one line), not a traceback: the command line is a contract."""
 
 
 def flow_points() -> dict[str, tuple[str, ...]]:
@@ -477,10 +482,10 @@ def in_parallel(tasks: Sequence[Callable[[], object]], decode: Callable[[dict[st
         sent = [strict_loads(line) for line in said if line.endswith("\n")]
         errors = [message["error"] for message in sent if "error" in message]
         if errors:
-            raise RuntimeError(f"an explorer worker stopped: {errors[0]}")
+            raise ExplorerWorkerFailed(f"an explorer worker stopped: {errors[0]}")
         expected = len(tasks[number::count])
         if len(sent) != expected:
-            raise RuntimeError(f"explorer worker {number} ended ({end_of(status)}) after {len(sent)} of {expected} results")
+            raise ExplorerWorkerFailed(f"explorer worker {number} ended ({end_of(status)}) after {len(sent)} of {expected} results")
         results.append([decode(message["result"]) for message in sent])
     return [results[index % count][index // count] for index in range(len(tasks))]
 

@@ -330,11 +330,13 @@ def test_a_folder_the_explorer_makes_is_private(tmp_path):
 
 
 def test_a_worker_that_fails_or_dies_is_an_error_not_a_short_table():
+    """A run-time failure of labkit's own (the command prints one line, exit 1), not a RuntimeError
+    that `python -m labkit explore` would show as a traceback, as it did before."""
     def boom():
         raise ValueError("boom")
 
-    with pytest.raises(RuntimeError, match="an explorer worker stopped: ValueError: boom"):
+    with pytest.raises(labkit.errors.RunFailure, match="an explorer worker stopped: ValueError: boom"):
         explorer.in_parallel([lambda: explorer.ChildEnd(False, 0), boom], lambda data: data, workers=2)
-    with pytest.raises(RuntimeError, match=r"explorer worker 1 ended \(killed\) after 0 of 1 results"):
+    with pytest.raises(labkit.errors.RunFailure, match=r"explorer worker 1 ended \(killed\) after 0 of 1 results"):
         explorer.in_parallel([lambda: explorer.ChildEnd(False, 0), lambda: os.kill(os.getpid(), signal.SIGKILL)],
                              lambda data: data, workers=2)
