@@ -446,6 +446,11 @@ def _check_request(data: bytes) -> dict[str, str]:
             raise _Problem(400, "Bad Request", f"{name} must be a non-empty string")
         if len(value) > longest:
             raise _Problem(400, "Bad Request", f"{name} is longer than {longest} characters")
+        # A ticket's fields are stored and shown to people: no NUL, terminal escapes or
+        # right-to-left overrides (which make text read other than it is). A summary may
+        # run over lines.
+        if not all(char.isprintable() or (name == "summary" and char in "\n\t") for char in value):
+            raise _Problem(400, "Bad Request", f"{name} holds control or formatting characters (NUL, ESC, a direction override, ...)")
     return request
 
 
