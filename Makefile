@@ -86,6 +86,7 @@ soak: $(STAMP)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/mechanisms/test_work_pool.py -q -s -n 0 -k soak
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/lab/test_explorer.py -q -s -n 0 -k soak
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/engines/test_engines.py -q -s -n 0 -k every_pair
+	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/lab/test_ticket_services_sharing_a_store.py -q -s -n 0 -k soak
 
 wheelhouse:
 	bash scripts/wheelhouse.sh $(KINDS)

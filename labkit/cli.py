@@ -40,7 +40,7 @@ from .crashpoints import CRASH_POINTS, CrashPlan, check_reached
 from .database import busy_timeout_ms, check_path, read_transaction, translate, typed_path_problem
 from .effects import OWED, Tickets, list_effects_txn
 from .effects import resolve as resolve_effect
-from .errors import BadInput, LabError, RunFailure, UnknownIncident, report, shown
+from .errors import BadInput, BadTicketServiceUrl, LabError, RunFailure, UnknownIncident, report, shown
 from .evaluation import evaluate
 from .lab.naive import BUGS, CRASH_BUGS, coordinator_class
 from .lab.workspace import reset
@@ -52,6 +52,7 @@ from .retention import check_days, retain
 from .status import status_of
 from .steps import Step
 from .store import connect, connect_readonly, latest_time_txn
+from .ticket_client import check_url
 from .versioning import migrate, migration_log, reevaluate
 from .worker import DEFAULT_LEASE_SECONDS
 
@@ -225,9 +226,18 @@ def _add_version_option(command: argparse.ArgumentParser) -> None:
 
 def _add_tickets_option(command: argparse.ArgumentParser) -> None:
     command.add_argument(
-        "--tickets", metavar="URL", action=_Once, default=None,
+        "--tickets", metavar="URL", action=_Once, default=None, type=_tickets_url,
         help="also open the incident's ticket at this ticket service (see: python -m labkit ticket-service)",
     )
+
+
+def _tickets_url(text: str) -> str:
+    """``--tickets URL``, refused while the arguments are read: before any file is created or read."""
+    try:
+        check_url(text)
+    except BadTicketServiceUrl as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
 def _add_bug_option(command: argparse.ArgumentParser) -> None:

@@ -16,7 +16,11 @@ identity** (:func:`operation_key`) that travels with every request as its
 Recovery never resends blindly. It first asks the destination by key
 (:func:`~labkit.ticket_client.tickets_for_key`): found, the ticket is recorded; absent, the same
 request is sent again under the same key (the service replays, it cannot duplicate);
-cannot be asked, the effect stays uncertain for a person. That choice is one small function,
+cannot be asked, the effect stays uncertain for a person. So it does after an answer the
+client refuses (:mod:`labkit.ticket_client`: a ticket for another key or incident), and after
+a listing of two tickets under the one key: never done as the first of them; ``effects``
+lists it, its last outcome names both, invariant 8 counts the duplicate, and ``resolve``
+records the one a person keeps. That choice is one small function,
 :func:`reconciliation_decision`, which recovery takes as a parameter (``decide=``) so that a
 lesson's exercise can write its own.
 
@@ -39,12 +43,13 @@ from .database import require_write_transaction, transaction
 from .errors import BadInput, EffectConflict, EffectNotDone, EffectNotUncertain, EffectOutcomeUnknown, NoEffect, RunFailure, UnknownRun
 from .jsontext import canonical_json, sha256_hex
 from .store import connect
-from .ticket_client import KeyLookup, all_tickets, post_ticket, tickets_for_key
+from .ticket_client import KeyLookup, all_tickets, check_url, post_ticket, ticket_id_problem, tickets_for_key
 
 #: The ledger's table is in labkit.schema (EFFECTS_TABLE_V4); its CHECK holds the rule the
 #: lesson is about: an effect is never done without the destination's ticket.
 
-#: How long the workflow waits for the ticket service before the outcome is unknown, in s.
+#: How long one request to the ticket service may take in all (connecting, sending, the whole
+#: answer) before its outcome is unknown, in s: a deadline, not a per-read timeout.
 TICKET_TIMEOUT = 1.0
 
 STATES = ("intended", "uncertain", "done", "resolved")
@@ -159,8 +164,10 @@ def reconciliation_decision(lookup: KeyLookup) -> str:
 
     ``found``: record the ticket it names. ``absent``: send again, under the same key (the
     service would replay a request still in flight, never duplicate it). Anything else
-    (``cannot_query``: it keeps no keys; ``unknown`` or ``refused``: no usable answer) cannot
-    be known from here: leave it uncertain, for a person or a later recovery.
+    (``cannot_query``: it keeps no keys; ``duplicate``: two tickets under one key, and which
+    one stands is not for a program to pick; ``unknown``, ``refused`` or ``invalid``: no
+    answer to believe) cannot be known from here: leave it uncertain, for a person or a later
+    recovery.
     """
     if lookup.outcome == "found":
         return "record"
@@ -222,7 +229,7 @@ def open_ticket(
 def _reconcile(conn, effect: Effect, url: str, clock: Clock, timeout: float, tickets_for_key,
                decide: Callable[[KeyLookup], str]) -> Effect:
     """Ask the destination what happened under the effect's key, and act as ``decide`` says."""
-    lookup = tickets_for_key(url, effect.operation_key, timeout)
+    lookup = tickets_for_key(url, effect.operation_key, timeout, incident=effect.incident)
     decision = decide(lookup)
     if decision not in DECISIONS:
         raise ValueError(f"decide() returned {decision!r} for a look-up that was {lookup.outcome}; expected one of {', '.join(DECISIONS)}")
@@ -238,8 +245,18 @@ def _reconcile(conn, effect: Effect, url: str, clock: Clock, timeout: float, tic
             return _mark_txn(conn, effect, "intended", clock, outcome=outcome)
         if lookup.outcome == "cannot_query":
             return _mark_txn(conn, effect, "uncertain", clock, outcome="the destination cannot be asked by key: a person must decide")
+        if lookup.outcome == "duplicate":
+            # Invariant 8 counts the duplicate at the destination; here the effect is not
+            # quietly done as the first one listed: `effects` lists it, and a person resolves it.
+            return _mark_txn(conn, effect, "uncertain", clock, outcome=f"duplicate: {lookup.detail}; a person must decide"[:200])
         if lookup.outcome in ("found", "absent"):
             return _mark_txn(conn, effect, "uncertain", clock, outcome=f"left uncertain although the look-up said {lookup.outcome}")
+        if lookup.outcome == "invalid":
+            # An answer about another key or incident, or one too large or malformed to read,
+            # settles nothing: uncertain, and this command fails so that it is seen.
+            _mark_txn(conn, effect, "uncertain", clock, outcome=f"look-up {lookup.detail}"[:200])
+    if lookup.outcome == "invalid":
+        raise EffectOutcomeUnknown(effect.incident, f"the look-up by key gave no answer to believe: {lookup.detail}")
     raise EffectOutcomeUnknown(effect.incident, f"the ticket service could not be asked ({lookup.detail or lookup.outcome})")
 
 
@@ -255,6 +272,9 @@ class Tickets:
 
     url: str
     decide: Callable[[KeyLookup], str] = reconciliation_decision
+
+    def __post_init__(self) -> None:
+        check_url(self.url)  # a malformed URL is refused before any run starts or any intent is written
 
     def intend_txn(self, conn: sqlite3.Connection, incident: str, workflow_version: int, report: dict, clock: Clock) -> None:
         """Inside the completion transaction: the ticket's intent, under its operation key."""
@@ -279,6 +299,12 @@ def resolve(db, incident: str, ticket: str | None, reason: str, clock: Clock) ->
         raise BadInput("a resolution needs a reason (--reason TEXT): it is a decision someone made")
     if ticket is not None and not ticket.strip():
         raise BadInput("--ticket is empty: name the ticket that exists at the destination, or give --none")
+    if ticket is not None and (problem := ticket_id_problem(ticket)) is not None:
+        raise BadInput(f"--ticket: {problem}")
+    if not reason.isprintable():
+        # The reason is stored and printed by `effects`: no line breaks, terminal escapes,
+        # NUL or right-to-left overrides.
+        raise BadInput(f"--reason {ascii(reason[:60])} holds control or formatting characters; give plain text")
     with closing(connect(db, create=False)) as conn, transaction(conn):
         effect = find_effect_txn(conn, incident)
         if effect is None:

@@ -464,6 +464,14 @@ class EffectNotDone(RunFailure):
         super().__init__(f"the ticket for run {incident!r} was not opened ({detail}); a retry sends the same request again")
 
 
+class TicketServiceUnanswered(RunFailure):
+    """``GET /tickets`` gave no listing labkit accepts: no answer in time, an error status, a refused answer."""
+
+    def __init__(self, url: str, reason: str):
+        self.url, self.reason = url, reason
+        super().__init__(f"the ticket service at {shown(url, 100)} did not list its tickets: {reason}")
+
+
 class EffectConflict(BadInput):
     def __init__(self, incident: str, detail: str):
         self.incident, self.detail = incident, detail

@@ -46,18 +46,18 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 from ..children import collect, fork, pump
 from ..clock import Clock, clock_from_env
 from ..database import (
-    open_database,
     read_transaction,
     transaction,
     typed_path_problem,
@@ -126,10 +126,56 @@ class Faults:
             return None
 
 
+_T = TypeVar("_T")
+
+
+class _StoreKeeper:
+    """The service's one connection to its store, opened once and kept while it serves.
+
+    Why one: SQLite's locks are POSIX advisory locks, which belong to the process, and
+    closing *any* descriptor of the file drops all of them (sqlite.org/howtocorrupt.html,
+    section 2.2). With a connection per request, each opener checked the file's header
+    through a descriptor of its own; closed while another request's connection held the
+    locks, it released them, a second service on the same store then took itself for the
+    last user and deleted the write-ahead log in use, and tickets already answered 201
+    vanished, their ids handed to other keys (issue 19, finding 1). Opened once, the file
+    is never opened again by this process while it serves.
+
+    Python's sqlite3 ties a connection to the thread that made it, so one thread owns it
+    (a one-worker executor) and each request hands it its work; SQLite would serialise the
+    writes anyway, and a lab's service reads a few rows.
+    """
+
+    def __init__(self, store: Path):
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ticket-store")
+        self._closed = False
+        try:
+            self._conn = self._executor.submit(open_store, store).result()
+        except BaseException:
+            self._executor.shutdown()
+            raise
+        self._store = store
+
+    def run(self, work: Callable[[sqlite3.Connection], _T]) -> _T:
+        """``work(conn)`` in the store's thread; its result, or what it raised."""
+        try:
+            future = self._executor.submit(work, self._conn)
+        except RuntimeError:  # shut down: a request that arrived as the service was stopping
+            raise DatabaseUnavailable(str(self._store), "the ticket service is stopping") from None
+        return future.result()
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._executor.submit(self._conn.close).result()
+            self._executor.shutdown()
+
+
 class TicketServer(ThreadingHTTPServer):
-    """The HTTP server: a thread per connection, a SQLite connection per request."""
+    """The HTTP server: a thread per connection, one SQLite connection for them all (:class:`_StoreKeeper`)."""
 
     daemon_threads = True  # a slow answer still sleeping must not hold up SIGTERM
+    keeper: _StoreKeeper
 
     def __init__(self, store: str | Path, *, port: int = 0, faults: Faults | None = None, host: str = HOST):
         if host != HOST:
@@ -151,6 +197,15 @@ class TicketServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.server_address[1]}"
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        # The store is kept open by the process that serves: ticket_service() forks after
+        # __init__, and a connection (or its thread) must not cross a fork.
+        self.keeper = _StoreKeeper(self.store)
+        try:
+            super().serve_forever(poll_interval)
+        finally:
+            self.keeper.close()
 
     def handle_error(self, request, client_address) -> None:
         # A client that went away (it timed out on a slow answer) is not the service's error.
@@ -212,17 +267,22 @@ class _Handler(BaseHTTPRequestHandler):
         params = parse_qs(query, keep_blank_values=True)
         if set(params) - {"key"}:
             raise _Problem(400, "Bad Request", "GET /tickets takes one query parameter, key")
-        with closing(open_database(self.server.store, readonly=True)) as conn:
-            if "key" not in params:
-                rows = conn.execute(f"SELECT {', '.join(COLUMNS)} FROM tickets ORDER BY rowid").fetchall()
-            else:
-                if self.server.faults.mode == NO_IDEMPOTENCY:
-                    raise _Problem(501, "Not Implemented", "this service ignores Idempotency-Key, so its tickets cannot be queried by key")
-                if len(params["key"]) != 1:
-                    raise _Problem(400, "Bad Request", "give key once")
-                key = _check_key(params["key"][0])
-                rows = conn.execute(f"SELECT {', '.join(COLUMNS)} FROM tickets WHERE idempotency_key = ?", (key,)).fetchall()
-        return [_shown_ticket(row) for row in rows]
+        args: tuple[str, ...] = ()
+        if "key" not in params:
+            query = f"SELECT {', '.join(COLUMNS)} FROM tickets ORDER BY rowid"
+        else:
+            if self.server.faults.mode == NO_IDEMPOTENCY:
+                raise _Problem(501, "Not Implemented", "this service ignores Idempotency-Key, so its tickets cannot be queried by key")
+            if len(params["key"]) != 1:
+                raise _Problem(400, "Bad Request", "give key once")
+            args = (_check_key(params["key"][0]),)
+            query = f"SELECT {', '.join(COLUMNS)} FROM tickets WHERE idempotency_key = ?"
+
+        def read(conn: sqlite3.Connection) -> list[sqlite3.Row]:
+            with read_transaction(conn):
+                return conn.execute(query, args).fetchall()
+
+        return [_shown_ticket(row) for row in self.server.keeper.run(read)]
 
     def _post(self, query: str) -> None:
         if query:
@@ -252,27 +312,28 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(201 if created else 200, {"ticket": ticket, "incident": request["incident"], "key": key, "created": created})
 
     def _commit(self, key: str | None, request: dict[str, str]) -> tuple[str, bool]:
+        return self.server.keeper.run(lambda conn: self._commit_with(conn, key, request))
+
+    def _commit_with(self, conn: sqlite3.Connection, key: str | None, request: dict[str, str]) -> tuple[str, bool]:
         digest = request_digest(request)
-        with closing(open_database(self.server.store)) as conn:
-            conn.execute("PRAGMA synchronous = FULL")
-            with transaction(conn):
-                if key is not None:
-                    row = conn.execute("SELECT ticket_id, request_digest FROM tickets WHERE idempotency_key = ?", (key,)).fetchone()
-                    if row is not None:
-                        if row["request_digest"] != digest:
-                            raise _Problem(
-                                422,
-                                "Unprocessable Content",
-                                f"Idempotency-Key {key[:60]!r} was already used for ticket {row['ticket_id']} with another body",
-                            )
-                        return row["ticket_id"], False
-                ticket = "T-{:04d}".format(conn.execute("SELECT count(*) FROM tickets").fetchone()[0] + 1)
-                with self.server.clock_lock:
-                    now = self.server.clock.now()
-                conn.execute(
-                    f"INSERT INTO tickets ({', '.join(COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    (ticket, key, digest, request["incident"], request["title"], canonical_json(request), now),
-                )
+        with transaction(conn):
+            if key is not None:
+                row = conn.execute("SELECT ticket_id, request_digest FROM tickets WHERE idempotency_key = ?", (key,)).fetchone()
+                if row is not None:
+                    if row["request_digest"] != digest:
+                        raise _Problem(
+                            422,
+                            "Unprocessable Content",
+                            f"Idempotency-Key {key[:60]!r} was already used for ticket {row['ticket_id']} with another body",
+                        )
+                    return row["ticket_id"], False
+            ticket = "T-{:04d}".format(conn.execute("SELECT count(*) FROM tickets").fetchone()[0] + 1)
+            with self.server.clock_lock:
+                now = self.server.clock.now()
+            conn.execute(
+                f"INSERT INTO tickets ({', '.join(COLUMNS)}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (ticket, key, digest, request["incident"], request["title"], canonical_json(request), now),
+            )
         return ticket, True
 
     # ----------------------------------------------------------------- reading the request
@@ -385,6 +446,11 @@ def _check_request(data: bytes) -> dict[str, str]:
             raise _Problem(400, "Bad Request", f"{name} must be a non-empty string")
         if len(value) > longest:
             raise _Problem(400, "Bad Request", f"{name} is longer than {longest} characters")
+        # A ticket's fields are stored and shown to people: no NUL, terminal escapes or
+        # right-to-left overrides (which make text read other than it is). A summary may
+        # run over lines.
+        if not all(char.isprintable() or (name == "summary" and char in "\n\t") for char in value):
+            raise _Problem(400, "Bad Request", f"{name} holds control or formatting characters (NUL, ESC, a direction override, ...)")
     return request
 
 

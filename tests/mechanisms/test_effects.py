@@ -437,3 +437,48 @@ def test_resolve_names_an_unknown_incident_as_unknown_and_changes_nothing(lab, c
     )
     refused(cli_main("resolve", "--db", lab.db, "--incident", INC, "--none", "--reason", "no ticket"), INC, "no effect to resolve")
     assert snapshot(lab.db) == before
+
+
+# =========================================================================== a bad --tickets URL
+
+
+BAD_URLS = [
+    pytest.param("notaurl", "expected a base URL", id="not-a-url"),
+    pytest.param("ftp://127.0.0.1:21", "expected a base URL", id="ftp"),
+    pytest.param("http://", "expected a base URL", id="no-host"),
+    pytest.param("http://127.0.0.1:99999", "port", id="port-too-large"),
+    pytest.param("http://127.0.0.1:8000/?x=1", "without a query", id="query"),
+    pytest.param("http://127.0.0.1:8000#top", "without a query or fragment", id="fragment"),
+    pytest.param("http://ops:hunter2@127.0.0.1:8000", "user name or password", id="credentials"),
+    pytest.param("http://127.0.0.1:8000/\x1b[2J", "control", id="terminal-escape"),
+    pytest.param("http://127.0.0.1:8000/a b", "spaces", id="space"),
+    pytest.param("http://" + "a" * 3000, "characters long", id="3000-characters"),
+    pytest.param("", "empty", id="empty"),
+]
+
+
+def file_bytes(folder: Path) -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
+
+
+@pytest.mark.parametrize(("url", "words"), BAD_URLS)
+def test_a_bad_tickets_url_is_refused_before_run_creates_anything(url, words, lab, cli_main, refused):
+    line = refused(cli_main("run", "--db", lab.db, "--incident", INC, "--tickets", url), "--tickets", words)
+    assert "hunter2" not in line, "a password is not repeated in the error"
+    assert not lab.db.exists() and list(lab.db.parent.iterdir()) == [], "no database, no provider log"
+
+
+@pytest.mark.parametrize(("url", "words"), BAD_URLS)
+def test_a_bad_tickets_url_is_refused_before_recover_changes_anything(url, words, lab, cli, cli_main, refused):
+    assert cli("run", "--db", lab.db, "--incident", INC, "--crash-at", "after_evidence_commit").returncode == KILLED
+    before = file_bytes(lab.db.parent)
+    line = refused(cli_main("recover", "--db", lab.db, "--tickets", url), "--tickets", words)
+    assert "hunter2" not in line
+    assert file_bytes(lab.db.parent) == before, "the unfinished run is neither completed nor touched"
+
+
+def test_a_bad_tickets_url_is_refused_by_the_real_command_line(lab, cli, refused):
+    refused(cli("run", "--db", lab.db, "--incident", INC, "--tickets", "notaurl"), "ticket service URL 'notaurl'")
+    assert list(lab.db.parent.iterdir()) == []
+    with pytest.raises(labkit.errors.BadTicketServiceUrl):
+        Tickets("ftp://127.0.0.1:21")  # the library refuses it too, before any run is given it
