@@ -19,6 +19,7 @@ import json
 import os
 import sqlite3
 import stat
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, closing, contextmanager, nullcontext
@@ -92,11 +93,17 @@ class LabConnection(sqlite3.Connection):
     _file_id: tuple[int, int] | None = None
 
     def close(self) -> None:
-        _forget(self)
-        super().close()
+        # Forgotten only once SQLite has closed it: until then another thread must not open
+        # the file by hand, or closing that descriptor would drop the locks it still holds.
+        try:
+            super().close()
+        finally:
+            with _OPENING:
+                _forget(self)
 
     def __del__(self) -> None:  # a connection dropped without close() must not pin its file
-        _forget(self)
+        with _OPENING:
+            _forget(self)
 
 
 #: (device, inode) of every file a LabConnection of this process has open, with how many.
@@ -107,6 +114,12 @@ class LabConnection(sqlite3.Connection):
 #: write-ahead log in use (seen as "Rowid out of order" corruption in the worker soak). So
 #: while a connection is open here, this process never opens that file by hand.
 _OPEN_FILES: dict[tuple[int, int], int] = {}
+#: Held while a connection is opened (the header check, the connect, the count) and while one
+#: is forgotten. Without it, one thread could find no connection open, open the file by hand,
+#: and close that descriptor just after another thread's new connection took its first lock:
+#: a service answering requests on several threads lost acknowledged rows that way. Reentrant,
+#: because a connection dropped by the garbage collector is forgotten in whatever thread runs.
+_OPENING = threading.RLock()
 
 
 def _file_id(path: Path) -> tuple[int, int] | None:
@@ -244,19 +257,20 @@ def open_database(path: Path, *, readonly: bool = False) -> LabConnection:
     """
     # Skipped while this process has the file open: it was checked when first opened, and
     # closing a descriptor of our own would drop that connection's locks (see _OPEN_FILES).
-    if path.exists() and not held_open_here(path):
-        try:
-            # Not a plain open(): the file may have become a FIFO since check_path looked.
-            fd = open_regular_file(path, os.O_RDONLY, "database", follow_symlinks=True)
-            with os.fdopen(fd, "rb") as handle:
-                header = handle.read(len(SQLITE_HEADER))
-        except OSError as error:
-            raise DatabaseUnavailable(str(path), error.strerror or str(error)) from None
-        if header and header != SQLITE_HEADER:  # an empty file is a new, empty database
-            raise NotADatabase(str(path))
-    conn = _open_for_reading(path) if readonly else _connect(str(path), uri=False)
-    conn.path = path
-    _remember(conn)
+    with _OPENING:  # the check, the connect and the count, with no other thread's open between them
+        if path.exists() and not held_open_here(path):
+            try:
+                # Not a plain open(): the file may have become a FIFO since check_path looked.
+                fd = open_regular_file(path, os.O_RDONLY, "database", follow_symlinks=True)
+                with os.fdopen(fd, "rb") as handle:
+                    header = handle.read(len(SQLITE_HEADER))
+            except OSError as error:
+                raise DatabaseUnavailable(str(path), error.strerror or str(error)) from None
+            if header and header != SQLITE_HEADER:  # an empty file is a new, empty database
+                raise NotADatabase(str(path))
+        conn = _open_for_reading(path) if readonly else _connect(str(path), uri=False)
+        conn.path = path
+        _remember(conn)
     try:
         conn.busy_timeout_ms = busy_timeout_ms()
         conn.execute(f"PRAGMA busy_timeout = {conn.busy_timeout_ms}")

@@ -12,10 +12,13 @@ from __future__ import annotations
 import sqlite3
 import subprocess
 import sys
+import threading
+import time
 from contextlib import closing
 from pathlib import Path
 
 import labkit
+from labkit import database
 from labkit.database import held_open_here
 from labkit.lab.processes import child_env
 
@@ -59,3 +62,42 @@ def test_the_file_is_forgotten_once_every_connection_is_closed(tmp_path):
         pass
     else:
         raise AssertionError("a text file was opened as a database")
+
+
+def test_no_thread_opens_the_file_by_hand_while_another_thread_is_opening_it(tmp_path, monkeypatch):
+    """The header check and the connection it precedes are one step for the threads of a process.
+
+    Before the fix, thread A could find no connection open and start reading the header while
+    thread B opened its connection and took a lock; A's close then dropped B's lock. A ticket
+    service answering on several threads lost acknowledged tickets that way (issue 19). Here A's
+    header read is held open on purpose; B's open must wait for it rather than slip past.
+    """
+    db = tmp_path / "lab.db"
+    labkit.connect(db).close()
+    reading, release = threading.Event(), threading.Event()
+    real_open = database.open_regular_file
+
+    def slow_first_header_read(*args, **kwargs):
+        if not reading.is_set():
+            reading.set()
+            release.wait(10)  # thread A sits inside its header check
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(database, "open_regular_file", slow_first_header_read)
+    opened: dict[str, float] = {}
+
+    def open_and_close(name: str) -> None:
+        database.open_database(db).close()
+        opened[name] = time.monotonic()
+
+    first = threading.Thread(target=open_and_close, args=("A",))
+    first.start()
+    assert reading.wait(10)
+    second = threading.Thread(target=open_and_close, args=("B",))
+    second.start()
+    second.join(0.5)
+    assert "B" not in opened, "thread B opened the file while thread A was reading its header by hand"
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert set(opened) == {"A", "B"} and opened["A"] <= opened["B"]
