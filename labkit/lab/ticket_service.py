@@ -64,6 +64,7 @@ from ..database import (
 )
 from ..errors import BadServiceOption, CannotListen, DatabaseUnavailable, LabError, one_line, shown
 from ..jsontext import JsonProblem, canonical_json, strict_loads
+from ..numbers import parse_decimal, parse_whole
 from ..ticket_client import all_tickets
 from ..ticket_store import COLUMNS, open_store, request_digest, store_rows
 from .processes import child_env
@@ -346,7 +347,7 @@ class _Handler(BaseHTTPRequestHandler):
         if text is None:
             self.close_connection = True
             raise _Problem(411, "Length Required", "POST /tickets needs a Content-Length")
-        if not text.isdigit():
+        if not (text.isascii() and text.isdigit()):  # HTTP's 1*DIGIT: str.isdigit() alone takes '١٢'
             self.close_connection = True
             raise _Problem(400, "Bad Request", "Content-Length is not a number")
         length = int(text)
@@ -465,20 +466,28 @@ def _store_path(text: str) -> Path:
 
 
 def _port(text: str) -> int:
-    if not text.isdigit() or not 0 <= int(text) <= 65535:
+    try:
+        value = parse_whole(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"{shown(text)} is not a port from 0 to 65535")
-    return int(text)
+    return value
 
 
 def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
+    try:
+        value = parse_whole(text)
+    except ValueError:
+        value = 0
+    if value < 1:
         raise argparse.ArgumentTypeError(f"{shown(text)} is not a whole number of at least 1")
-    return int(text)
+    return value
 
 
 def _seconds(text: str) -> float:
     try:
-        value = float(text)
+        value = parse_decimal(text)
     except ValueError:
         value = -1.0
     if not 0 <= value <= 600:

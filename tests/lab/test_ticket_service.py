@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -407,12 +408,27 @@ def test_a_store_that_is_not_its_own_is_refused_and_left_byte_for_byte(tmp_path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["elsewhere.db"], "no -wal or -shm may appear"
 
 
+def test_a_content_length_in_digits_other_than_ascii_is_a_400_not_a_crash(service):
+    """HTTP headers arrive as Latin-1, where the superscript two passes str.isdigit() and fails
+    int(): before the fix the request thread raised ValueError and the client got no answer."""
+    with socket.create_connection((HOST, service.port), timeout=5) as sock:
+        sock.sendall(b"POST /tickets HTTP/1.1\r\nHost: x\r\nIdempotency-Key: \"k\"\r\n"
+                     b"Content-Type: application/json\r\nContent-Length: \xb2\r\n\r\n{}")
+        answer = sock.recv(4096).decode("latin-1")
+    assert answer.startswith("HTTP/1.1 400"), answer
+    assert "Content-Length is not a number" in answer
+    assert service.tickets() == []
+
+
 def test_bad_options_are_refused_in_one_line(store, service):
     taken = str(service.port)
     cases = [
         (("--store", str(store), "--fault", "no-idempotency", "--fault-times", "2"), 2, "--fault-times 2"),
         (("--store", str(store), "--fault", "explode"), 2, "invalid choice"),
         (("--store", str(store), "--port", "70000"), 2, "not a port"),
+        (("--store", str(store), "--port", "８０８０"), 2, "not a port"),  # full-width digits: int() reads them
+        (("--store", str(store), "--fault-delay", "1_0"), 2, "not a number of seconds"),  # float() reads it as 10
+        (("--store", str(store), "--fault", "no-idempotency", "--fault-times", "١"), 2, "not a whole number"),
         (("--store", str(store), "--fault-delay", "-1"), 2, "not a number of seconds"),
         (("--store", str(store), "--port", taken), 1, "already in use"),
     ]
