@@ -6,7 +6,8 @@
 #   make bench      labkit against bare SQLite, DBOS and LangGraph (installs them into .venv/bench), then timings
 #   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races, every pair of kills on DBOS,
 #                   work pools under random SIGKILLs and stalls (LABKIT_SOAK_TRIALS=20 trials), and 240 runs
-#                   killed after a random delay (LABKIT_RANDOM_TRIALS=240); counts printed
+#                   killed after a random delay (LABKIT_RANDOM_TRIALS=240), and two ticket services on one store
+#                   SIGKILLed and restarted at random for 20 rounds (no acknowledged ticket lost); counts printed
 #   make wheelhouse      every pinned wheel into wheelhouse/ (KINDS="linux-x86_64 macos-arm64" adds learners' machines)
 #   make offline-check   install from wheelhouse/ and run the tests with no network (needs root: a network namespace)
 #   make test-other-env  run the tests from a fresh venv outside the repository
