@@ -472,7 +472,7 @@ class TicketServiceUnanswered(RunFailure):
         super().__init__(f"the ticket service at {shown(url, 100)} did not list its tickets: {reason}")
 
 
-class EffectConflict(BadInput):
+class EffectConflict(RunFailure):
     def __init__(self, incident: str, detail: str):
         self.incident, self.detail = incident, detail
         super().__init__(f"the ticket service refused the request of run {incident!r} ({detail}); recorded as uncertain for a person")

@@ -343,3 +343,20 @@ def test_resolve_refuses_a_ticket_or_reason_that_could_steer_a_terminal(option, 
     line = refused(cli_main("resolve", "--db", lab.db, "--incident", INC, *[w for pair in given.items() for w in pair]), words)
     assert not any(char in line for char in STEERING)
     assert snapshot(lab.db) == before
+
+
+# --------------------------------------------------------------------------- honest exit codes: a refusal after local work
+
+
+@pytest.mark.parametrize("status", [404, 408, 422, 429], ids=["404", "408-request-timeout", "422-key-reused", "429-too-many"])
+def test_a_4xx_after_the_run_completed_is_a_run_time_failure_not_bad_input(status, lab, cli, refused, hostile):
+    """Exit 2 promises bad input and nothing changed; by the time the service refuses, the run is
+    completed and its effect recorded as uncertain. So ``run`` and ``recover`` exit 1, one line."""
+    server = hostile(lambda handler, *_: handler.send(status, {"detail": "no"}))
+    outcome = cli("run", "--db", lab.db, "--incident", INC, "--tickets", server.url)
+    assert "report_completed" in outcome.stdout, outcome.stdout
+    refused(outcome, "refused the request", "recorded as uncertain", code=1)
+    assert the_effect(lab)["state"] == "uncertain"
+    ok = hostile(lambda handler, method, *_: handler.send(200, []) if method == "GET" else handler.send(status, {"detail": "no"}))
+    recovered = cli("recover", "--db", lab.db, "--tickets", ok.url)
+    refused(recovered, "refused the request", code=1)
