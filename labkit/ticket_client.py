@@ -57,6 +57,8 @@ MAX_LISTING_BYTES = 4 * 1024 * 1024
 MAX_URL_LENGTH = 2000
 #: A ticket id: what real systems use (``T-0001``, ``OPS-1234``, ``#42``, a UUID), never
 #: whitespace or control characters.
+#: A host in brackets (an IPv6 literal), then nothing but an optional port.
+_BRACKETED_HOST = re.compile(r"\[[0-9A-Fa-f:.]+\](?::[0-9]*)?")
 TICKET_ID = re.compile(r"[A-Za-z0-9#][A-Za-z0-9._:#-]{0,63}")
 
 
@@ -162,7 +164,11 @@ def check_url(url: str) -> str:
         raise BadTicketServiceUrl(url, f"it is {len(url)} characters long; the limit is {MAX_URL_LENGTH}")
     if not all("!" <= char <= "~" for char in url):
         raise BadTicketServiceUrl(url, "it holds spaces, control or non-ASCII characters; a URL is printable ASCII")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        _ = parts.hostname  # a bracketed host that is not an IPv6 address raises here (Python 3.11.4+)
+    except ValueError as error:  # "Invalid IPv6 URL", "An IPv4 address cannot be in brackets"
+        raise BadTicketServiceUrl(url, f"its host is malformed ({error})") from None
     if "@" in parts.netloc:
         # The password must not reach the error line either.
         hidden = f"{parts.scheme}://***@{parts.netloc.rsplit('@', 1)[1]}"
@@ -171,10 +177,14 @@ def check_url(url: str) -> str:
         raise BadTicketServiceUrl(url, "expected a base URL like http://127.0.0.1:43117")
     if parts.query or parts.fragment or url.endswith(("?", "#")):
         raise BadTicketServiceUrl(url, "give the base URL only, without a query or fragment")
+    if "[" in parts.netloc and not _BRACKETED_HOST.fullmatch(parts.netloc):
+        raise BadTicketServiceUrl(url, "its host is malformed (text after the bracketed address)")
     try:
-        _ = parts.port  # urlsplit checks the port only when asked
+        port = parts.port  # urlsplit checks the port only when asked
     except ValueError:
-        raise BadTicketServiceUrl(url, "its port is not a number from 0 to 65535") from None
+        port = 0
+    if port == 0:  # port 0 cannot be connected to (and "or 80" would quietly make it 80)
+        raise BadTicketServiceUrl(url, "its port is not a number from 1 to 65535")
     return url.rstrip("/") + "/tickets"
 
 

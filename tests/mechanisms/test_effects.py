@@ -454,6 +454,10 @@ BAD_URLS = [
     pytest.param("http://127.0.0.1:8000/a b", "spaces", id="space"),
     pytest.param("http://" + "a" * 3000, "characters long", id="3000-characters"),
     pytest.param("", "empty", id="empty"),
+    pytest.param("http://[::1:8000", "host is malformed", id="unclosed-ipv6-bracket"),
+    pytest.param("http://[127.0.0.1]:8000", "host is malformed", id="ipv4-in-brackets"),
+    pytest.param("http://[::1]evil:8000", "host is malformed", id="text-after-ipv6-bracket"),
+    pytest.param("http://127.0.0.1:0", "port", id="port-0-would-mean-80"),
 ]
 
 
