@@ -523,6 +523,7 @@ def _fresh_folder(path: str | Path) -> Path:
         raise BadExploreOption("--db-dir", f"{folder} is not a folder")
     if folder.is_dir() and any(folder.iterdir()):
         raise BadExploreOption("--db-dir", f"{folder} is not empty; the explorer needs a new or empty folder")
+    _check_ancestors(folder)  # before anything is made under them
     if folder.is_dir():
         _check_private(folder)  # before anything is made in it
     try:
@@ -530,9 +531,27 @@ def _fresh_folder(path: str | Path) -> Path:
     except OSError as error:
         raise BadExploreOption("--db-dir", f"cannot make {folder}: {error.strerror or error}") from None
     _check_private(folder)  # the folder as it is now, had it been swapped since the first look
+    _check_ancestors(folder)
     if not os.access(folder, os.W_OK):
         raise BadExploreOption("--db-dir", f"{folder} is not writable")
     return folder
+
+
+def _check_ancestors(folder: Path) -> None:
+    """No folder above ``folder`` may be one that others can write into without the sticky bit:
+    there anyone can rename ``folder`` away while the explorer works and put a folder of their
+    own, or a symlink to anywhere, in its place (the sticky bit, as on /tmp, stops the rename).
+    Both the folders named in the path and those it resolves to through symlinks are checked."""
+    above = [*Path(os.path.abspath(folder)).parents, *folder.resolve().parents]  # each the nearest first
+    for parent in dict.fromkeys(above):
+        try:
+            found = parent.stat()
+        except OSError:
+            continue  # not made yet: the explorer makes it, private
+        if found.st_mode & stat.S_IWOTH and not found.st_mode & stat.S_ISVTX:
+            raise BadExploreOption("--db-dir", f"{folder} is inside {parent}, which every user can write to without the "
+                                               "sticky bit: they could swap the folder while the explorer works; "
+                                               "give a folder elsewhere")
 
 
 def _check_private(folder: Path) -> None:

@@ -315,6 +315,24 @@ def test_a_folder_that_every_user_can_write_to_is_refused_sticky_or_not(cli_main
         assert list(shared.iterdir()) == []
 
 
+def test_a_folder_inside_one_every_user_can_write_to_without_the_sticky_bit_is_refused(cli_main, refused, tmp_path):
+    """There another user can rename the folder away mid-exploration and put their own, or a
+    symlink to anywhere, in its place. Under a sticky folder (as /tmp is) they cannot."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    mine = shared / "mine"
+    mine.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(shared)
+    for given in (shared / "new", mine, shared / "a" / "b"):
+        refused(cli_main("explore", "--db-dir", given, "--singles"), f"inside {shared},", "sticky")
+    refused(cli_main("explore", "--db-dir", link / "new", "--singles"), f"inside {link},", "sticky")  # through a symlink
+    assert sorted(p.name for p in shared.iterdir()) == ["mine"] and list(mine.iterdir()) == []
+    shared.chmod(0o1777)
+    assert explorer._fresh_folder(shared / "new") == shared / "new"
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a folder to another user")
 def test_another_users_folder_is_refused(cli_main, refused, tmp_path):
     theirs = tmp_path / "theirs"
