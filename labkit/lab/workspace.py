@@ -42,11 +42,30 @@ LESSONS = REPOSITORY / "notebooks"
 LEARNER_COPY = REPOSITORY / "my-lab"
 
 
+class ScratchRootNotPrivate(BadInput):
+    def __init__(self, root: Path, found: str):
+        self.root = root
+        super().__init__(f"the lessons' scratch folder {root} {found}: another user could read, plant or swap a "
+                         f"lesson's files there; remove it (or set {SCRATCH_ENV} to a folder of your own)")
+
+
 def scratch_root() -> Path:
-    """The folder that holds every lesson's scratch folder (one per user)."""
+    """The folder that holds every lesson's scratch folder (one per user).
+
+    Its name in the shared temporary folder is predictable, so another user could make it
+    first: a folder that is a symlink, belongs to someone else, or that every user can write
+    to is refused (:class:`ScratchRootNotPrivate`) rather than used, and never emptied by reset.
+    """
     configured = os.environ.get(SCRATCH_ENV)
     root = Path(configured) if configured else Path(tempfile.gettempdir()) / f"labkit-lessons-{os.getuid()}"
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    found = root.lstat()
+    if stat.S_ISLNK(found.st_mode):
+        raise ScratchRootNotPrivate(root, "is a symlink")
+    if found.st_uid != os.geteuid():
+        raise ScratchRootNotPrivate(root, f"belongs to another user (uid {found.st_uid})")
+    if found.st_mode & stat.S_IWOTH:
+        raise ScratchRootNotPrivate(root, "can be written by every user")
     return root
 
 
@@ -153,6 +172,7 @@ def reset(lesson: str | None = None, copy: Path | None = None) -> ResetReport:
     if lesson is not None and lesson not in known:
         raise NotALesson(lesson, known)
     chosen = [path for path in lessons if lesson is None or path.name[:2] == lesson]
+    scratch_root()  # refused before anything changes, as a name below is
     backups = copy / ".backup"
     _refuse_unless_plain(backups, copy, folder=True)
     for committed in chosen:

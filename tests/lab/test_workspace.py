@@ -28,6 +28,37 @@ def scratch(tmp_path, monkeypatch):
     return root
 
 
+@pytest.mark.parametrize("squat", ["every-user", "symlink", "another-user"])
+def test_a_scratch_root_another_user_made_first_is_refused_never_used_nor_emptied(squat, tmp_path, scratch, cli_main, refused,
+                                                                                  monkeypatch):
+    """/tmp/labkit-lessons-UID is a predictable name: another user can make it before the learner."""
+    copy = tmp_path / "my-lab"
+    workspace.make_learner_copy(copy)
+    (copy / LESSONS[4].name).write_text("my edits", encoding="utf-8")
+    monkeypatch.setattr(workspace, "LEARNER_COPY", copy)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    left = theirs / "labkit-04-planted"
+    left.mkdir()
+    (left / workspace.MARKER).write_text(json.dumps({"lesson": "04", "pid": 2**22 + 1}), encoding="utf-8")
+    if squat == "every-user":
+        theirs.chmod(0o777)
+        theirs.rename(scratch)
+    elif squat == "symlink":
+        scratch.symlink_to(theirs)
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("only root can give a folder to another user")
+        os.chown(theirs, 65534, 65534)
+        theirs.rename(scratch)
+    with pytest.raises(workspace.ScratchRootNotPrivate):
+        workspace.Workspace.create("04")
+    refused(cli_main("reset", "--lesson", LESSONS[4].name[:2]), str(scratch), "another user could")
+    assert [p.name for p in (scratch.resolve()).iterdir()] == ["labkit-04-planted"]
+    assert (copy / LESSONS[4].name).read_text(encoding="utf-8") == "my edits", "refused before anything changed"
+    assert not (copy / ".backup").exists()
+
+
 def test_the_first_copy_has_every_lesson_and_a_second_never_overwrites(tmp_path):
     copy = tmp_path / "my-lab"
     assert [p.name for p in workspace.make_learner_copy(copy)] == [p.name for p in LESSONS]
