@@ -62,6 +62,8 @@ def connect(path: str | Path, *, create: bool = True) -> sqlite3.Connection:
     5. the schema is migrated in one transaction, checked again under the write lock.
     """
     path = check_path(path, must_exist=not create)
+    if not create:
+        _refuse_zero_bytes(path)
     conn = open_database(path)
     with closed_on_failure(conn, path):
         found = _identify(conn, path)
@@ -84,6 +86,7 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
     database written by an older labkit is refused with the command that upgrades it.
     """
     path = check_path(path, must_exist=True)
+    _refuse_zero_bytes(path)
     conn = open_database(path, readonly=True)
     with closed_on_failure(conn, path):
         found = _identify(conn, path)
@@ -93,6 +96,17 @@ def connect_readonly(path: str | Path) -> sqlite3.Connection:
         if found != SCHEMA_VERSION:
             raise SchemaVersionMismatch(str(path), found, SCHEMA_VERSION)
     return conn
+
+
+def _refuse_zero_bytes(path: Path) -> None:
+    """A 0-byte file is refused before SQLite opens it: opening a database of no pages deletes a
+    ``-wal`` beside it (SQLite's rule), and a command that refuses must leave every file as it was."""
+    try:
+        empty = path.stat().st_size == 0
+    except OSError:
+        return  # gone or unreadable since check_path: the opener says which
+    if empty:
+        raise _empty(path)
 
 
 def _empty(path: Path) -> NotALabDatabase:

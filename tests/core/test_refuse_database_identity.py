@@ -87,6 +87,18 @@ def test_every_reader_refuses_an_empty_file_before_writing(command, empty, db, f
     assert files(folder) == ["lab.db"], "no -wal, -shm or provider log may appear"
 
 
+@pytest.mark.parametrize("command", READERS.values(), ids=READERS.keys())
+def test_every_reader_refuses_a_zero_byte_file_without_deleting_the_log_beside_it(command, db, folder, cli_main, refused):
+    """SQLite deletes the -wal of a database of no pages when it opens it: a file truncated to 0
+    bytes (a full disk, a copy cut short) lost its log to a command that then refused it."""
+    db.touch()
+    log = Path(f"{db}-wal")
+    log.write_bytes(b"what is left of the committed transactions")
+    refused(cli_main(*command, "--db", db), "lab.db", "it is empty")
+    assert log.read_bytes() == b"what is left of the committed transactions"
+    assert files(folder) == ["lab.db", "lab.db-wal"]
+
+
 @pytest.mark.parametrize(
     ("user_version", "words"),
     [(0, ["holds tables", "orders"]), (1, ["its tables (orders)", "labkit's schema version 1"])],
