@@ -36,11 +36,21 @@ from pathlib import Path
 
 from .clock import clock_from_env
 from .coordinator import WORKFLOW_VERSION, check_supported
-from .crashpoints import CRASH_POINTS, CrashPlan, check_reached
+from .crashpoints import CRASH_POINTS, CrashPlan, check_reached, still_ahead
 from .database import busy_timeout_ms, check_path, read_transaction, translate, typed_path_problem
 from .effects import OWED, Tickets, list_effects_txn
 from .effects import resolve as resolve_effect
-from .errors import BadInput, BadTicketServiceUrl, LabError, RunFailure, UnknownIncident, report, shown
+from .errors import (
+    BadInput,
+    BadTicketServiceUrl,
+    CrashPointNotReached,
+    CrashPointPassed,
+    LabError,
+    RunFailure,
+    UnknownIncident,
+    report,
+    shown,
+)
 from .evaluation import evaluate
 from .lab.naive import BUGS, CRASH_BUGS, coordinator_class
 from .lab.workspace import reset
@@ -305,6 +315,9 @@ def _run(args) -> int:
             conn, provider, clock=clock_from_env(after=latest), crash=plan, workflow_version=version, effects=_tickets(args)
         )
         run = coordinator.start(args.incident)
+        killing = plan.point if plan.mode == "kill" else None  # a pause not reached is a race lost, not an error
+        if killing is not None and not still_ahead(killing, run.step):
+            raise CrashPointPassed(killing.value, args.incident, run.step.value)  # start() wrote nothing: it exists
         # flush: a crash point kills the process, and unflushed lines would vanish with it
         print(f"{args.incident}: recorded step is {run.step}", flush=True)
         result = coordinator.finish(args.incident)
@@ -312,10 +325,14 @@ def _run(args) -> int:
         # In a race, exactly one worker completes the run; the others find it completed.
         who = "completed it" if result.completed else "found it already completed"
         print(f"{args.incident}: report_completed, receipt {result.receipt.receipt_id} ({read}; {who})", flush=True)
+        reason = f"another process moved the run of {args.incident} past it first"
         if args.tickets is not None:
             effect = coordinator.carry_out_effect(args.incident)
             ticket = effect.ticket or "(none)"
             print(f"{args.incident}: ticket {ticket}, effect {effect.state} (operation {effect.operation_key})", flush=True)
+            reason = f"no ticket request was sent this time (the effect is {effect.state}, ticket {ticket})"
+    if killing is not None:  # still alive: the kill asked for never came, and a supervisor must hear it
+        raise CrashPointNotReached(killing.value, reason)
     return 0
 
 

@@ -29,6 +29,7 @@ from typing import Literal
 
 from .database import holds_write_lock
 from .errors import InjectedFailure, UnknownCrashPoint, UnreachableCrashPoint
+from .steps import Step
 
 
 class CrashPoint(StrEnum):
@@ -85,6 +86,23 @@ LEASE_POINTS: tuple[str, ...] = (CrashPoint.AFTER_LEASE.value, *RUN_POINTS)
 BETWEEN_READ_AND_COMMIT: frozenset[CrashPoint] = frozenset({CrashPoint.AFTER_READ, CrashPoint.BEFORE_EVIDENCE_COMMIT})
 
 Mode = Literal["kill", "raise", "pause"]
+
+
+#: The points a run passes on its way from each recorded step: the read's points only from
+#: not_inspected, the completion's from evidence_recorded too; the send points follow
+#: completion, so any step may still pass them (whether a ticket is sent is the effect's to say).
+_STEP_OF_POINT = {
+    CrashPoint.BEFORE_READ: Step.NOT_INSPECTED, CrashPoint.AFTER_READ: Step.NOT_INSPECTED,
+    CrashPoint.BEFORE_EVIDENCE_COMMIT: Step.NOT_INSPECTED, CrashPoint.AFTER_EVIDENCE_COMMIT: Step.NOT_INSPECTED,
+    CrashPoint.BEFORE_RECEIPT_WRITE: Step.EVIDENCE_RECORDED, CrashPoint.BEFORE_COMPLETION_COMMIT: Step.EVIDENCE_RECORDED,
+    CrashPoint.AFTER_COMPLETION_COMMIT: Step.EVIDENCE_RECORDED,
+}
+
+
+def still_ahead(point: CrashPoint, step: Step) -> bool:
+    """Whether a run recorded at ``step`` can still pass ``point`` (see :data:`_STEP_OF_POINT`)."""
+    last = _STEP_OF_POINT.get(point)
+    return last is None or list(Step).index(step) <= list(Step).index(last)
 
 
 def check_point(point: str | CrashPoint) -> CrashPoint:

@@ -135,6 +135,24 @@ class UnreachableCrashPoint(BadInput):
         super().__init__(f"crash point {shown(point)} is never reached by {flow}: only {reached_by} reaches it")
 
 
+class CrashPointPassed(BadInput):
+    """``run --crash-at POINT`` on a run whose recorded step is already past POINT: refused
+    before anything is done, since the kill asked for could never happen."""
+
+    def __init__(self, point: str, incident: str, step: str):
+        self.point, self.incident, self.step = point, incident, step
+        super().__init__(f"crash point {shown(point)} is never reached: the run of {shown(incident)} is already at {step}")
+
+
+class CrashPointNotReached(RunFailure):
+    """``run --crash-at POINT`` finished alive: the point was not on the path this time (no
+    ticket was sent, or another process moved the run past it first). What the run did stands."""
+
+    def __init__(self, point: str, reason: str):
+        self.point = point
+        super().__init__(f"crash point {shown(point)} was not reached, so nothing was killed: {reason}")
+
+
 class UnknownBug(BadInput):
     def __init__(self, name: str, known: tuple[str, ...]):
         self.name = name

@@ -19,6 +19,7 @@ import pytest
 
 import labkit
 from labkit.lab.processes import child_env
+from labkit.lab.ticket_service import TicketService
 
 KILLED = -signal.SIGKILL
 INC = "INC-1001"
@@ -98,13 +99,30 @@ def test_pause_at_with_no_stdin_goes_on(lab):
     assert closed.returncode == 0 and "paused at after_read" in closed.stdout, closed.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "not fixed: a point behind the run's recorded step is never reached, and run exits 0 without the "
-    "kill it was asked for (issue 19 finding 12's rule is checked per flow, not per recorded step). "
-    "A fix must decide before any write (exit 2) from the recorded step, and what a reconciliation "
-    "that finds the ticket (no send, so no before_send) means; the explorer's pairs may rely on today's exit 0."))
-@pytest.mark.parametrize("point", ["before_read", "after_evidence_commit", "after_completion_commit"])
-def test_a_crash_point_behind_the_recorded_step_is_not_a_silent_exit_0(point, db, cli):
+@pytest.mark.parametrize("point", ["before_read", "after_evidence_commit", "after_completion_commit", "before_receipt_write"])
+def test_a_crash_point_behind_the_recorded_step_is_refused_before_anything_is_done(point, db, cli, snapshot):
+    """Before the fix: `run --crash-at before_read` on a completed run exited 0 without the kill it
+    asked for (found by the hostile review of issue 19). Now: exit 2, one line, nothing changed."""
     assert cli("run", "--db", db, "--incident", INC).returncode == 0  # report_completed
+    before = snapshot(db)
     asked = cli("run", "--db", db, "--incident", INC, "--crash-at", point)
-    assert asked.returncode != 0, f"asked to be killed at {point}, and exited 0: {asked.stdout!r}"
+    assert (asked.returncode, asked.stdout) == (2, ""), asked.stderr
+    assert asked.stderr == f"labkit: error: crash point '{point}' is never reached: the run of '{INC}' is already at report_completed\n"
+    assert snapshot(db) == before
+
+
+def test_a_point_of_the_completion_is_still_ahead_of_a_run_at_evidence_recorded(db, cli):
+    assert cli("run", "--db", db, "--incident", INC, "--crash-at", "after_evidence_commit").returncode == KILLED
+    assert cli("run", "--db", db, "--incident", INC, "--crash-at", "before_read").returncode == 2
+    assert cli("run", "--db", db, "--incident", INC, "--crash-at", "before_completion_commit").returncode == KILLED
+
+
+def test_a_send_point_not_reached_because_nothing_was_sent_is_a_failure_not_exit_0(db, cli, tmp_path):
+    """A run whose ticket is already open sends nothing: `--crash-at before_send` cannot fire, and
+    the command says so (exit 1: the run's own work stands) instead of exiting 0."""
+    with TicketService(tmp_path / "tickets.db") as service:
+        assert cli("run", "--db", db, "--incident", INC, "--tickets", service.url).returncode == 0
+        asked = cli("run", "--db", db, "--incident", INC, "--tickets", service.url, "--crash-at", "before_send")
+    assert asked.returncode == 1, asked.stderr
+    assert asked.stderr.startswith("labkit: failed: crash point 'before_send' was not reached, so nothing was killed: "
+                                   "no ticket request was sent this time (the effect is done"), asked.stderr
