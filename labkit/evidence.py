@@ -37,7 +37,7 @@ from .contract import MAX_RESPONSE_BYTES, check_evidence
 from .database import require_write_transaction
 from .errors import EvidenceRejected
 from .jsontext import canonical_json, sha256_hex
-from .redaction import Redaction, redact, redact_document
+from .redaction import Redaction, redact, redact_document, redact_field_path
 from .store import Evidence, store_evidence_txn
 
 #: The tables (``diagnostics``, ``redactions`` and the evidence row's reference columns) are
@@ -161,3 +161,26 @@ def record_redactions_txn(conn: sqlite3.Connection, incident: str, redactions: t
         "INSERT INTO redactions (incident, part, field, kind, count) VALUES (?, ?, ?, ?, ?)",
         [(incident, part, r.field, r.kind, r.count) for part, r in redactions],
     )
+
+
+def redact_fields_txn(conn: sqlite3.Connection) -> int:
+    """Rewrite every recorded field path as today's rule writes it; how many rows changed.
+
+    An earlier labkit recorded the path of each value below a secret name, and a key there
+    could be a secret itself. :func:`labkit.redaction.redact_field_path` cuts such a path after
+    the secret name; rows that then share a path are merged, their counts added.
+    """
+    require_write_transaction(conn, "redact_fields_txn")
+    rows = conn.execute("SELECT incident, part, field, kind, count FROM redactions").fetchall()
+    merged: dict[tuple[str, str, str, str], int] = {}
+    changed = 0
+    for incident, part, field, kind, count in rows:
+        safe = redact_field_path(field)
+        changed += safe != field
+        key = (incident, part, safe, kind)
+        merged[key] = merged.get(key, 0) + count
+    if changed:
+        conn.execute("DELETE FROM redactions")
+        conn.executemany("INSERT INTO redactions (incident, part, field, kind, count) VALUES (?, ?, ?, ?, ?)",
+                         [(*key, count) for key, count in merged.items()])
+    return changed
