@@ -28,7 +28,9 @@ removing raw diagnostics (:mod:`labkit.retention`). Taught in 11_capacity_and_re
 
 from __future__ import annotations
 
+import re
 import sqlite3
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -82,6 +84,37 @@ class BoundedEvidence:
         return self.diagnostic_digest, location_for(incident)
 
 
+#: Characters evidence text may not hold: C0 and C1 controls (NUL, ESC and the terminal escapes
+#: it starts, line breaks), the line and paragraph separators, and the bidirectional controls
+#: that make text display in another order than it is stored (U+202E, right-to-left override).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def check_printable(incident: str, body: object, field: str = "") -> None:
+    """Refuse (rule ``printable-text``) evidence whose text, keys included, holds a control character.
+
+    Why refuse rather than escape: the contract repairs nothing, and a queue name that carries
+    a terminal escape or a right-to-left override is not a name anyone should read as it
+    displays. Whatever is printed from evidence afterwards is plain text. The raw diagnostic is
+    kept as it came (telemetry may colour its log lines); it is stored as JSON, escaped, or as
+    text that labkit never prints.
+    """
+    if isinstance(body, str):
+        found = _UNPRINTABLE.search(body)
+        if found is not None:
+            char = found.group()
+            what = unicodedata.name(char, "a control character").lower()
+            raise EvidenceRejected(incident, field or "(response)", f"holds U+{ord(char):04X} ({what})", "printable-text")
+    elif isinstance(body, list):
+        for index, item in enumerate(body):
+            check_printable(incident, item, f"{field}.{index}" if field else str(index))
+    elif isinstance(body, dict):
+        for key, item in body.items():
+            path = f"{field}.{key}" if field else key
+            check_printable(incident, key, path)
+            check_printable(incident, item, path)
+
+
 def check_summary_size(incident: str, body: dict) -> int:
     """The summary's size in bytes of canonical JSON, refused (rule ``size-limit``) over :data:`SUMMARY_LIMIT`."""
     size = len(canonical_json(body).encode("utf-8"))
@@ -96,7 +129,8 @@ def bound_evidence(incident: str, body: dict, diagnostic: bytes | str) -> Bounde
     The summary is ``body`` with its sensitive values replaced. If anything was replaced it is
     checked against the contract again: a redaction that would make stored evidence break its
     contract (a marker longer than a field may be) refuses the read, rather than storing the
-    value or a summary the contract never accepted. The raw diagnostic is UTF-8 text (bytes
+    value or a summary the contract never accepted. Evidence text holding a control character
+    is refused (:func:`check_printable`). The raw diagnostic is UTF-8 text (bytes
     that are not are replaced by U+FFFD: binary telemetry is out of scope); JSON is stored as
     canonical JSON after redaction, anything else as redacted text.
     """
@@ -105,6 +139,7 @@ def bound_evidence(incident: str, body: dict, diagnostic: bytes | str) -> Bounde
         raise EvidenceRejected(
             incident, "(diagnostic)", f"{len(raw)} bytes, over the {MAX_DIAGNOSTIC_BYTES}-byte limit for a raw diagnostic", "size-limit"
         )
+    check_printable(incident, body)
     summary = redact(body)
     kept_body = summary.value
     if summary.count:

@@ -1,5 +1,6 @@
 """What reaches the files through the command line: a refused answer's secret in ``work``'s
-lease events, and details an earlier labkit stored as they came, which ``retain`` redacts.
+lease events, details an earlier labkit stored as they came and ``retain``, and control
+characters in evidence text (refused, never printed raw).
 """
 
 from __future__ import annotations
@@ -57,3 +58,17 @@ def test_retain_redacts_what_an_earlier_labkit_stored_unredacted(lab, cli, data_
     assert detail == 'EvidenceRejected: field queue.consumers: "password=[redacted:secret]" is not of type integer'
     again = cli("retain", "--db", lab.db, "--older-than", "0", env={**env, "LABKIT_CLOCK": "2026-04-15T00:00:00Z"})
     assert "redacted" not in again.stdout.splitlines()[-1], "a second retention finds nothing left to redact"
+
+
+@pytest.mark.parametrize(("char", "named"), [("\x1b", "U+001B"), ("\x00", "U+0000"), ("\u202e", "U+202E"), ("\n", "U+000A")])
+def test_evidence_text_with_a_control_character_is_refused_and_never_printed_raw(lab, cli, data_copy, query, refused, char, named):
+    """NUL, ESC (a terminal escape), a right-to-left override: a contract violation, named in plain text.
+
+    Before the fix the run completed and stored the queue name with the character in it."""
+    plant(data_copy, "INC-1001", lambda s: s["queue"].update(name=f"orders{char}[31mred"))
+    done = cli("run", "--db", lab.db, "--incident", "INC-1001", env={"LABKIT_DATA_DIR": str(data_copy)})
+    refused(done, "printable-text", "'queue.name'", named)
+    if char != "\n":  # the one line break is the line's own end
+        assert char not in done.stdout + done.stderr
+    assert query(lab.db, "SELECT COUNT(*) FROM evidence") == [(0,)]
+    assert query(lab.db, "SELECT step FROM runs") == [("not_inspected",)]
