@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import labkit
 from labkit.lab import labkit_cli
+from labkit.lab.ticket_service import TicketService
 from labkit.provider import _answer
 from labkit.redaction import looks_random, redact, redact_document, redact_field_path, redact_text
 
@@ -369,7 +370,7 @@ def _plant(data: Path, incident: str, plan: dict, *, refused: bool = False) -> N
 @given(planted_incidents())
 def test_no_planted_secret_reaches_any_file_through_any_command(cli_main, planted):
     """Secrets planted in incident files, then ``run`` (one completed, one refused, one killed
-    after its read), ``recover``, ``work`` (one refused), ``migrate``, ``reevaluate``, ``retain``
+    after its read, one that opens a ticket at the ticket service), ``recover``, ``work`` (one refused), ``migrate``, ``reevaluate``, ``retain``
     and the read-only commands: no file the lab wrote holds a secret's bytes, nor does anything
     a command printed."""
     plan, secrets = planted
@@ -379,7 +380,7 @@ def test_no_planted_secret_reaches_any_file_through_any_command(cli_main, plante
         shutil.copy(REPO / "data" / "ground_truth.csv", data / "ground_truth.csv")
         folder.mkdir()
         db = str(folder / "lab.db")
-        for incident in ("INC-1001", "INC-1003", "INC-1004", "INC-1005"):
+        for incident in ("INC-1001", "INC-1003", "INC-1004", "INC-1005", "INC-1006"):
             _plant(data, incident, plan)
         _plant(data, "INC-1002", plan, refused=True)
         env = {"LABKIT_DATA_DIR": str(data)}
@@ -398,12 +399,14 @@ def test_no_planted_secret_reaches_any_file_through_any_command(cli_main, plante
             (cli_main, ("retain", "--db", db, "--older-than", "0"), 0),
         ]
         printed = []
-        for command, words, code in steps:
-            done = command(*words, env=env)
-            assert done.returncode == code, f"{words}: {done.stderr}"
-            printed.append(done.stdout + done.stderr)
+        with TicketService(folder / "tickets.db") as service:  # its store is a file the lab wrote, too
+            steps.insert(2, (cli_main, ("run", "--db", db, "--incident", "INC-1006", "--tickets", service.url), 0))
+            for command, words, code in steps:
+                done = command(*words, env=env)
+                assert done.returncode == code, f"{words}: {done.stderr}"
+                printed.append(done.stdout + done.stderr)
         files = [path for path in folder.iterdir() if path.is_file()]
-        assert {path.name for path in files} >= {"lab.db", "lab.db.provider-calls.jsonl"}
+        assert {path.name for path in files} >= {"lab.db", "lab.db.provider-calls.jsonl", "tickets.db"}
         for secret in secrets:
             forms = {secret, json.dumps(secret)[1:-1], json.dumps(secret, ensure_ascii=False)[1:-1]}
             for path in files:
