@@ -91,6 +91,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 from .jsontext import JsonProblem, canonical_json, strict_loads
@@ -265,7 +266,7 @@ def looks_random(run: str) -> bool:
     classes = [0 if c.isupper() else 1 if c.islower() else 2 if c.isdigit() else 3 for c in core]
     if not {0, 1, 2} <= set(classes):
         return False
-    switches = sum(a != b for a, b in zip(classes, classes[1:])) / (len(core) - 1)
+    switches = sum(a != b for a, b in pairwise(classes)) / (len(core) - 1)
     if switches < TOKEN_MIN_SWITCHES:
         return False
     counts = Counter(core)

@@ -31,8 +31,8 @@ from pathlib import Path
 from .clock import Clock, parse_instant
 from .database import read_transaction, require_write_transaction, transaction, translate
 from .effects import OWED
-from .evidence import redact_fields_txn
 from .errors import BadRetentionDays, InconsistentRun, UnknownRun, VacuumFailed
+from .evidence import redact_fields_txn
 from .jsontext import sha256_hex
 from .leases import redact_details_txn
 from .store import connect, connect_readonly
@@ -263,9 +263,9 @@ def retain(
     completion still owes a ticket (an effect intended or uncertain), is never touched. The
     run, its checkpoints, its evidence row (summary, digest, reference) and its receipt stay.
     Lease event details and recorded field paths that an earlier labkit stored unredacted are
-    redacted in the same transaction (:func:`retain_txn`). The removal and its log row commit in one transaction; ``VACUUM`` runs after it, so a
-    crash in between leaves the removal done and the space not yet reclaimed (the next run
-    reclaims it). ``after_delete`` is called inside the transaction and ``before_vacuum``
+    redacted in the same transaction (:func:`retain_txn`). The removal and its log row commit in
+    one transaction; ``VACUUM`` runs after it, so a crash in between leaves the removal done and
+    the space not yet reclaimed (the next run reclaims it). ``after_delete`` is called inside the transaction and ``before_vacuum``
     after its commit: tests kill the process there. ``due`` replaces the selection of what to
     remove (:func:`retain_txn`; Exercise 11.1).
 

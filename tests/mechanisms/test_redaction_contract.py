@@ -370,9 +370,9 @@ def _plant(data: Path, incident: str, plan: dict, *, refused: bool = False) -> N
 @given(planted_incidents())
 def test_no_planted_secret_reaches_any_file_through_any_command(cli_main, planted):
     """Secrets planted in incident files, then ``run`` (one completed, one refused, one killed
-    after its read, one that opens a ticket at the ticket service), ``recover``, ``work`` (one refused), ``migrate``, ``reevaluate``, ``retain``
-    and the read-only commands: no file the lab wrote holds a secret's bytes, nor does anything
-    a command printed."""
+    after its read, one that opens a ticket at the ticket service), ``recover``, ``work`` (one
+    refused), ``migrate``, ``reevaluate``, ``retain`` and the read-only commands: no file the
+    lab wrote holds a secret's bytes, nor does anything a command printed."""
     plan, secrets = planted
     with tempfile.TemporaryDirectory() as scratch:
         data, folder = Path(scratch) / "data", Path(scratch) / "lab"
