@@ -27,10 +27,11 @@ around it, the name quoted or not, ``--password VALUE`` too) has its value repla
 value (``'x'``, ``"x"``, ``\\"x\\"`` inside an escaped JSON string) to its closing quote; a
 value in brackets (a JSON body, a Python ``repr``) to its closing bracket; an unquoted value
 after ``=`` to the first space or one of ``& ; , " ' < > ) ] }``, after ``:`` to the end of
-its line or a closing bracket. A value that never closes is replaced to the end of the text.
-The name/value shape (``{"name": "DB_PASSWORD", "value": "x"}``, Kubernetes' environment,
-HTTP archives' headers; ``key`` and ``ParameterKey`` too) is a secret field named by its
-``name``, in JSON and in text, in either order.
+its line or a closing bracket (a bracket or quote it opens is read to its close first). A
+value that never closes is replaced to the end of the text. The name/value shape
+(``{"name": "DB_PASSWORD", "value": "x"}``, Kubernetes' environment, HTTP archives' headers;
+``key`` and ``ParameterKey`` too) is a secret field named by its ``name``, in JSON and in
+text, in either order.
 
 **By shape**, wherever it appears, under any name or none: the user-info of a URI; a bearer
 or basic credential; a JSON Web Token (``eyJ...``); a PEM private key block (``-----BEGIN
@@ -211,15 +212,22 @@ def _names_a_secret(value: dict) -> bool:
 # quarter megabyte of hostile text.
 
 _URI_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]{0,31}://)([^\s/?#\[\]]*)@")
-_HEADER_LINE = re.compile(r"(?im)\b((?:proxy-)?authorization|x-api-key|x-auth-token|set-cookie|cookie)(\s*[:=]\s*)([^\r\n\"',]+)")
+#: A credential header's value: a scheme and its credential (``Bearer abc``), or cookies joined by
+#: ``;``. It stops there, not at the line's end: a value that ran on would swallow the name of the
+#: next pair (``password=``) and leave that pair's value behind, unrecognised.
+_HEADER_LINE = re.compile(
+    r"(?im)\b((?:proxy-)?authorization|x-api-key|x-auth-token|set-cookie|cookie)(\s*(?>=>|:=|[:=])\s*)"
+    r"""([^\s"',;]+(?:(?:;[ \t]*|[ \t]+)[^\s"',;]+)?(?:;[ \t]*[^\s"',;]+)*)"""
+)
 _SCHEME_TOKEN = re.compile(r"(?i)\b(bearer|basic|token)(\s+)([A-Za-z0-9\-._~+/]{8,}=*)")
 #: A name and its separator: a quoted name ("password", 'password', \"password\") or a bare one
-#: (``password``, ``$password``, ``--password``), then ``=``, ``:``, ``=>`` or ``:=``; after a
+#: (``password``, ``$password``, ``--password``; its closing quote alone too, when what opened it
+#: was replaced by an earlier rule), then ``=``, ``:``, ``=>`` or ``:=``; after a
 #: ``--flag``, spaces alone. Only the name and the separator are matched; the value is read by
 #: :func:`_value_span`, so ``note: password=x`` still finds ``password``.
 _PAIR = re.compile(
     r"""(?:(?P<q>\\?["'])(?P<qkey>[^"'\\\r\n]{1,256})(?P=q)"""
-    r"""|(?<![\w\-.])(?P<flag>--)?(?P<key>[$@]?[A-Za-z_][\w\-.]*))"""
+    r"""|(?<![\w\-.])(?P<flag>--)?(?P<key>[$@]?[A-Za-z_][\w\-.]*)(?:\\?["'])?)"""
     r"""(?P<sep>[ \t]*(?:=>|:=|=|:(?!//))[ \t]*|(?(flag)[ \t]+|(?!)))"""
 )
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY(?: BLOCK)?-----")
@@ -326,6 +334,34 @@ def _bracket_end(text: str, start: int) -> int:
     return len(text)
 
 
+_LINE_VALUE_STOPS = re.compile(r"""[\r\n{}\[\]()"']""")
+
+
+def _line_value_end(text: str, start: int) -> int:
+    """Where an unquoted value after ``:`` ends: at its line's end or an unbalanced closing bracket.
+
+    A bracket or a quote opened inside it is read to its close first, across lines if need be,
+    so that a value never ends inside a structure it opened: a name inside that structure would
+    otherwise lose its value's start to this one and leave the rest of it behind.
+    """
+    position = start
+    while True:
+        found = _LINE_VALUE_STOPS.search(text, position)
+        if found is None:
+            return len(text)
+        char, at = found.group(), found.start()
+        if char in "\r\n" or char in _CLOSE:
+            return at
+        if char in _OPEN:
+            position = _bracket_end(text, at)
+        else:
+            escaped = at > start and text[at - 1] == "\\"
+            end = _quote_end(text, at - 1 if escaped else at, escaped, None)
+            position = len(text) if end is None else end
+        if position >= len(text):
+            return len(text)
+
+
 def _value_span(text: str, start: int, after_equals: bool, *, scalar_only: bool = False) -> tuple[int, int, int] | None:
     """Where the value that starts at ``start`` lies: (outer end, inner start, inner end).
 
@@ -349,10 +385,13 @@ def _value_span(text: str, start: int, after_equals: bool, *, scalar_only: bool 
             return None
         end = _bracket_end(text, start)
         return end, start, end
-    limit = start + _SCALAR_LIMIT if scalar_only else len(text)
-    bare = (_BARE_AFTER_EQUALS if after_equals else _BARE_AFTER_COLON).match(text, start, limit)
-    assert bare is not None  # both patterns match the empty string
-    end = bare.end()
+    if after_equals or scalar_only:
+        limit = start + _SCALAR_LIMIT if scalar_only else len(text)
+        bare = (_BARE_AFTER_EQUALS if after_equals else _BARE_AFTER_COLON).match(text, start, limit)
+        assert bare is not None  # both patterns match the empty string
+        end = bare.end()
+    else:
+        end = _line_value_end(text, start)
     while end > start and text[end - 1] in " \t":  # trailing spaces before a line break are not the value
         end -= 1
     return (end, start, end) if end > start else None
@@ -409,6 +448,8 @@ def _shape_spans(text: str) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     previous: tuple[str, int, int, int] | None = None  # (name or value, inner start, inner end, outer end)
     for match in _PAIR.finditer(text):
+        if previous is not None and match.start() < previous[3]:
+            continue  # inside the value just read (``'value': 'x:y'`` holds no name of its own)
         name = match.group("qkey") if match.group("q") else match.group("key").lstrip("$@")
         flat = _flat(name)
         role = "name" if flat in _NAME_FIELDS else "value" if flat in _VALUE_FIELDS else None
@@ -471,8 +512,8 @@ def redact_text(text: str, field: str = "") -> tuple[str, Counter[str]]:
 
     def header(m: re.Match) -> str | None:
         value = m.group(3).strip()
-        if not value or _MARKER.fullmatch(value) or _MARKER.match(value.split()[-1]):
-            return None
+        if not value or _MARKER.search(value):
+            return None  # redacted already (``Bearer [redacted:token]``)
         counts["token"] += 1
         return f"{m.group(1)}{m.group(2)}{marker('token')}"
 

@@ -62,6 +62,11 @@ TEXT_PROBES = [
     ("cookie header", "Cookie: session=Qx7secret22; theme=dark", "Qx7secret22"),
     ("bearer", "curl -H 'Authorization: Bearer Qx7secret23abc' https://x", "Qx7secret23abc"),
     ("upper-case environment", "DB_PASSWORD=Qx7secret24 DB_HOST=db", "Qx7secret24"),
+    # Found by the properties under LABKIT_SOAK=1: one rule's value swallowing the next pair's name.
+    ("a header, then a pair", 'Authorization: Bearer Q7abcdefghijklmnop    password => "Qx7secret25"', "Qx7secret25"),
+    ("a header name with =>", 'cookie => "Qx7secret26"', "Qx7secret26"),
+    ("an unquoted value that opens a structure", 'password:Qx7a  "password": {"x": [[], {"k": "Qx7secret27"}]}', "Qx7secret27"),
+    ("the name/value shape, a colon in the value", "{'value': 'Qx7secret28:', 'name': 'password'}", "Qx7secret28"),
 ]
 
 
