@@ -18,6 +18,7 @@ from pathlib import Path
 
 from .errors import EvidenceRejected
 from .jsontext import JsonProblem, strict_loads
+from .redaction import redact
 
 CONTRACT = "queue-evidence/2"
 #: Every contract revision labkit has shipped, with its schema file: stored evidence says which
@@ -118,7 +119,7 @@ def _what(error) -> tuple[str, str]:
         extras = sorted(set(error.instance) - set(error.schema.get("properties", {})))
         return ".".join(path + extras[:1]) or "(response)", "is not part of the contract"
     where = ".".join(path) or "(response)"
-    shown = json.dumps(error.instance)
+    shown = json.dumps(redact(error.instance).value)  # a refused value is quoted, never a secret in it
     if len(shown) > 40:
         shown = shown[:37] + "..."
     if error.validator == "type":

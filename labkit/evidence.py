@@ -28,7 +28,9 @@ removing raw diagnostics (:mod:`labkit.retention`). Taught in 11_capacity_and_re
 
 from __future__ import annotations
 
+import re
 import sqlite3
+import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -37,7 +39,7 @@ from .contract import MAX_RESPONSE_BYTES, check_diagnostic_size, check_evidence
 from .database import require_write_transaction
 from .errors import EvidenceRejected
 from .jsontext import canonical_json, sha256_hex
-from .redaction import Redaction, redact, redact_document
+from .redaction import Redaction, redact, redact_document, redact_field_path
 from .store import Evidence, store_evidence_txn
 
 #: The tables (``diagnostics``, ``redactions`` and the evidence row's reference columns) are
@@ -79,6 +81,37 @@ class BoundedEvidence:
         return self.diagnostic_digest, location_for(incident)
 
 
+#: Characters evidence text may not hold: C0 and C1 controls (NUL, ESC and the terminal escapes
+#: it starts, line breaks), the line and paragraph separators, and the bidirectional controls
+#: that make text display in another order than it is stored (U+202E, right-to-left override).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def check_printable(incident: str, body: object, field: str = "") -> None:
+    """Refuse (rule ``printable-text``) evidence whose text, keys included, holds a control character.
+
+    Why refuse rather than escape: the contract repairs nothing, and a queue name that carries
+    a terminal escape or a right-to-left override is not a name anyone should read as it
+    displays. Whatever is printed from evidence afterwards is plain text. The raw diagnostic is
+    kept as it came (telemetry may colour its log lines); it is stored as JSON, escaped, or as
+    text that labkit never prints.
+    """
+    if isinstance(body, str):
+        found = _UNPRINTABLE.search(body)
+        if found is not None:
+            char = found.group()
+            what = unicodedata.name(char, "a control character").lower()
+            raise EvidenceRejected(incident, field or "(response)", f"holds U+{ord(char):04X} ({what})", "printable-text")
+    elif isinstance(body, list):
+        for index, item in enumerate(body):
+            check_printable(incident, item, f"{field}.{index}" if field else str(index))
+    elif isinstance(body, dict):
+        for key, item in body.items():
+            path = f"{field}.{key}" if field else key
+            check_printable(incident, key, path)
+            check_printable(incident, item, path)
+
+
 def check_summary_size(incident: str, body: dict) -> int:
     """The summary's size in bytes of canonical JSON, refused (rule ``size-limit``) over :data:`SUMMARY_LIMIT`."""
     size = len(canonical_json(body).encode("utf-8"))
@@ -93,12 +126,14 @@ def bound_evidence(incident: str, body: dict, diagnostic: bytes | str) -> Bounde
     The summary is ``body`` with its sensitive values replaced. If anything was replaced it is
     checked against the contract again: a redaction that would make stored evidence break its
     contract (a marker longer than a field may be) refuses the read, rather than storing the
-    value or a summary the contract never accepted. The raw diagnostic is UTF-8 text (bytes
+    value or a summary the contract never accepted. Evidence text holding a control character
+    is refused (:func:`check_printable`). The raw diagnostic is UTF-8 text (bytes
     that are not are replaced by U+FFFD: binary telemetry is out of scope); JSON is stored as
     canonical JSON after redaction, anything else as redacted text.
     """
     raw = diagnostic.encode("utf-8", "surrogatepass") if isinstance(diagnostic, str) else diagnostic
     check_diagnostic_size(incident, len(raw))
+    check_printable(incident, body)
     summary = redact(body)
     kept_body = summary.value
     if summary.count:
@@ -155,3 +190,26 @@ def record_redactions_txn(conn: sqlite3.Connection, incident: str, redactions: t
         "INSERT INTO redactions (incident, part, field, kind, count) VALUES (?, ?, ?, ?, ?)",
         [(incident, part, r.field, r.kind, r.count) for part, r in redactions],
     )
+
+
+def redact_fields_txn(conn: sqlite3.Connection) -> int:
+    """Rewrite every recorded field path as today's rule writes it; how many rows changed.
+
+    An earlier labkit recorded the path of each value below a secret name, and a key there
+    could be a secret itself. :func:`labkit.redaction.redact_field_path` cuts such a path after
+    the secret name; rows that then share a path are merged, their counts added.
+    """
+    require_write_transaction(conn, "redact_fields_txn")
+    rows = conn.execute("SELECT incident, part, field, kind, count FROM redactions").fetchall()
+    merged: dict[tuple[str, str, str, str], int] = {}
+    changed = 0
+    for incident, part, field, kind, count in rows:
+        safe = redact_field_path(field)
+        changed += safe != field
+        key = (incident, part, safe, kind)
+        merged[key] = merged.get(key, 0) + count
+    if changed:
+        conn.execute("DELETE FROM redactions")
+        conn.executemany("INSERT INTO redactions (incident, part, field, kind, count) VALUES (?, ?, ?, ?, ?)",
+                         [(*key, count) for key, count in merged.items()])
+    return changed

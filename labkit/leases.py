@@ -64,6 +64,7 @@ from .errors import (
     StepOrderError,
     UnknownRun,
 )
+from .redaction import redact_line
 from .steps import Step
 from .store import Fence, advance_txn, connect_readonly, find_run_txn
 
@@ -158,8 +159,15 @@ def _later(instant: str, seconds: float) -> str:
     return iso_milliseconds(parse_instant(instant) + timedelta(seconds=seconds))
 
 
+#: A lease event's detail is one line of at most this many characters.
+MAX_DETAIL_CHARS = 300
+
+
 def _event_txn(conn: sqlite3.Connection, token: int, incident: str, event: str, state_version: int, at: str,
                detail: str = "") -> None:
+    # A detail can quote what a provider answered (a refused answer's value, in the error that
+    # ended a lease): redacted like the evidence, before it is cut, never stored as it came.
+    detail = redact_line(detail, MAX_DETAIL_CHARS)
     conn.execute(
         "INSERT INTO lease_events (token, incident, event, state_version, at, detail) VALUES (?, ?, ?, ?, ?, ?)",
         (token, incident, event, state_version, at, detail),
@@ -344,7 +352,7 @@ def release(conn: sqlite3.Connection, lease: Lease, clock: Clock, *, failure: st
         ended = "failed" if failure is not None else "released"
         conn.execute("UPDATE leases SET ended = ?, ended_at = ? WHERE token = ?", (ended, now, lease.token))
         version = conn.execute("SELECT version FROM runs WHERE incident = ?", (lease.incident,)).fetchone()[0]
-        _event_txn(conn, lease.token, lease.incident, ended, version, now, " ".join((failure or "").split())[:300])
+        _event_txn(conn, lease.token, lease.incident, ended, version, now, failure or "")
     return True
 
 
@@ -429,3 +437,16 @@ def lease_log(db: str | Path, incident: str | None = None) -> list[LeaseEvent]:
 def refused_commits_txn(conn: sqlite3.Connection) -> int:
     """How many stale commits the fence refused (each left a ``refused`` event)."""
     return conn.execute("SELECT COUNT(*) FROM lease_events WHERE event = 'refused'").fetchone()[0]
+
+
+def redact_details_txn(conn: sqlite3.Connection) -> int:
+    """Redact every lease event's detail as :func:`_event_txn` writes one today; how many changed.
+
+    For details an earlier labkit stored as they came (a refused password, a URI with its
+    credentials): :func:`labkit.retention.retain` calls it, so a retention run leaves none.
+    """
+    require_write_transaction(conn, "redact_details_txn")
+    rows = conn.execute("SELECT seq, detail FROM lease_events WHERE detail != ''").fetchall()
+    changed = [(clean, seq) for seq, detail in rows if (clean := redact_line(detail, MAX_DETAIL_CHARS)) != detail]
+    conn.executemany("UPDATE lease_events SET detail = ? WHERE seq = ?", changed)
+    return len(changed)

@@ -31,7 +31,9 @@ from .clock import Clock, parse_instant
 from .database import read_transaction, require_write_transaction, transaction, translate
 from .effects import OWED
 from .errors import BadRetentionDays, InconsistentRun, UnknownRun, VacuumFailed
+from .evidence import redact_fields_txn
 from .jsontext import sha256_hex
+from .leases import redact_details_txn
 from .numbers import parse_decimal
 from .store import connect, connect_readonly
 
@@ -159,6 +161,8 @@ class RetentionReport:
     kept_recent: int
     bytes_before: int = 0
     bytes_after: int = 0
+    redacted_details: int = 0
+    redacted_fields: int = 0
 
     def lines(self) -> list[str]:
         """What ``python -m labkit retain`` prints."""
@@ -170,7 +174,8 @@ class RetentionReport:
             f"kept {len(self.kept_unfinished)} of unfinished runs{f' ({unfinished})' if unfinished else ''} "
             f"and {self.kept_recent} newer than the cutoff; every run keeps its checkpoints, evidence summary, digest and receipt",
             f"database {self.bytes_before:,} bytes before, {self.bytes_after:,} bytes after VACUUM",
-        ]
+        ] + ([f"redacted {self.redacted_details} lease event detail(s) and {self.redacted_fields} recorded field path(s)"
+              " that an earlier labkit stored unredacted"] if self.redacted_details or self.redacted_fields else [])
 
 
 def database_bytes(conn: sqlite3.Connection) -> int:
@@ -233,7 +238,13 @@ def retain_txn(conn: sqlite3.Connection, older_than_days: float, clock: Clock, *
         (at, days, cutoff, len(removed), removed_bytes, len(unfinished)),
     )
     assert cursor.lastrowid is not None
-    return RetentionReport(cursor.lastrowid, at, days, cutoff, tuple(removed), removed_bytes, tuple(unfinished), recent)
+    # What an earlier labkit stored unredacted outside the raw diagnostics (a refused answer in
+    # a lease event's detail, a key below a secret name in a recorded field path) is redacted
+    # too, for every run: a retention run is when stored text is cleaned, and VACUUM below
+    # leaves no copy of it in the file.
+    details, fields = redact_details_txn(conn), redact_fields_txn(conn)
+    return RetentionReport(cursor.lastrowid, at, days, cutoff, tuple(removed), removed_bytes, tuple(unfinished), recent,
+                           redacted_details=details, redacted_fields=fields)
 
 
 def retain(
@@ -251,9 +262,10 @@ def retain(
     moment the evidence was recorded. A run that is not ``report_completed``, or whose
     completion still owes a ticket (an effect intended or uncertain), is never touched. The
     run, its checkpoints, its evidence row (summary, digest, reference) and its receipt stay.
-    The removal and its log row commit in one transaction; ``VACUUM`` runs after it, so a
-    crash in between leaves the removal done and the space not yet reclaimed (the next run
-    reclaims it). ``after_delete`` is called inside the transaction and ``before_vacuum``
+    Lease event details and recorded field paths that an earlier labkit stored unredacted are
+    redacted in the same transaction (:func:`retain_txn`). The removal and its log row commit in
+    one transaction; ``VACUUM`` runs after it, so a crash in between leaves the removal done and
+    the space not yet reclaimed (the next run reclaims it). ``after_delete`` is called inside the transaction and ``before_vacuum``
     after its commit: tests kill the process there. ``due`` replaces the selection of what to
     remove (:func:`retain_txn`; Exercise 11.1).
 

@@ -76,15 +76,18 @@ def test_the_record_names_fields_and_kinds_never_values():
 
 
 def test_a_secret_field_is_replaced_whole_whatever_it_holds():
-    value = {"password": "correct horse battery staple", "pin_token": 4711, "credentials": {"user": "svc", "pass": ["a", 1]},
-             "api_key": "", "secret": None, "session_token": True}
+    """Everything under a secret name is one marker: no key or value below it is kept or recorded."""
+    value = {"password": "correct horse battery staple", "pin_token": 4711,
+             "credentials": {"user": "svc", "hunter2-as-a-key": ["a", 1]}, "api_key": "", "secret": None, "session_token": True}
     result = redact(value)
     assert result.value == {
-        "password": "[redacted:secret]", "pin_token": "[redacted:secret]",
-        "credentials": {"user": "[redacted:secret]", "pass": ["[redacted:secret]", "[redacted:secret]"]},
+        "password": "[redacted:secret]", "pin_token": "[redacted:secret]", "credentials": "[redacted:secret]",
         "api_key": "", "secret": None, "session_token": True,  # nothing to hide in an empty string, None or a boolean
     }
-    assert result.by_kind() == {"secret": 5}
+    assert [(r.field, r.kind, r.count) for r in result.redactions] == [
+        ("credentials", "secret", 1), ("password", "secret", 1), ("pin_token", "secret", 1),
+    ]
+    assert "hunter2" not in repr(result), "a key below a secret name is neither kept nor recorded as a field"
 
 
 def test_redaction_leaves_its_input_alone_and_is_idempotent():
@@ -129,9 +132,16 @@ def test_an_erlang_long_node_name_is_redacted_as_an_email():
     ("password", True), ("clientSecret", True), ("X-Api-Key", True), ("refresh_token", True), ("Set-Cookie", True),
     ("APIKey", True), ("PRIVATE_KEY", True), ("Proxy-Authorization", True), ("db.password", True),
     ("routing_key", False), ("x-dead-letter-routing-key", False), ("token_ttl", False), ("consumer_tag", False),
-    ("auth_mechanism", False), ("passwordHash", False), ("key", False),
+    ("auth_mechanism", False), ("key", False),
+    # Every word counts, not only the last; digits after it do not.
+    ("dbPassword2", True), ("api_key_value", True), ("secret_value", True), ("X-Amz-Signature", True),
+    ("X-Amz-Credential", True), ("sig", True), ("DB_PASSWORD", True), ("sessionId", True), ("x" * 300 + "_password", True),
+    ("passwordHash", True),  # a decision: a password's hash can be cracked offline
+    # A word after the secret word that describes it: not a secret.
+    ("password_min_length", False), ("token_url", False), ("signature_version", False), ("secretName", False),
+    ("session_timeout", False), ("prompt_tokens", False), ("amqp://[redacted:uri-credentials]@h", False),
 ])
-def test_secret_field_names_are_judged_by_their_last_word(name, secret):
+def test_secret_field_names_are_judged_by_their_words(name, secret):
     assert is_secret_name(name) is secret
 
 
