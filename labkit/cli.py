@@ -54,7 +54,6 @@ from .errors import (
 from .evaluation import evaluate
 from .lab.naive import BUGS, CRASH_BUGS, coordinator_class
 from .lab.workspace import reset
-from .numbers import parse_decimal, parse_whole
 from .pool import work
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .recovery import Resumed, recover
@@ -63,6 +62,7 @@ from .status import status_of
 from .steps import Step
 from .store import connect, connect_readonly, latest_time_txn
 from .ticket_client import check_url
+from .typed import parse_decimal, parse_whole
 from .versioning import migrate, migration_log, reevaluate
 from .worker import DEFAULT_LEASE_SECONDS
 
@@ -92,7 +92,7 @@ def _db_path(text: str) -> Path:
 
 
 def _whole(text: str) -> int:
-    """An integer option: ASCII digits only (:mod:`labkit.numbers`); its range is checked where it is used."""
+    """An integer option: ASCII digits only (:mod:`labkit.typed`); its range is checked where it is used."""
     try:
         return parse_whole(text)
     except ValueError as problem:

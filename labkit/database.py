@@ -39,7 +39,7 @@ from .errors import (
     RuleViolation,
     shown,
 )
-from .numbers import parse_whole
+from .typed import parse_whole
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 

@@ -44,6 +44,7 @@ from .errors import BadInput, EffectConflict, EffectNotDone, EffectNotUncertain,
 from .jsontext import canonical_json, sha256_hex
 from .store import connect
 from .ticket_client import KeyLookup, all_tickets, check_url, post_ticket, ticket_id_problem, tickets_for_key
+from .typed import first_unprintable
 
 #: The ledger's table is in labkit.schema (EFFECTS_TABLE_V4); its CHECK holds the rule the
 #: lesson is about: an effect is never done without the destination's ticket.
@@ -301,7 +302,7 @@ def resolve(db, incident: str, ticket: str | None, reason: str, clock: Clock) ->
         raise BadInput("--ticket is empty: name the ticket that exists at the destination, or give --none")
     if ticket is not None and (problem := ticket_id_problem(ticket)) is not None:
         raise BadInput(f"--ticket: {problem}")
-    if not reason.isprintable():
+    if first_unprintable(reason) is not None:
         # The reason is stored and printed by `effects`: no line breaks, terminal escapes,
         # NUL or right-to-left overrides.
         raise BadInput(f"--reason {ascii(reason[:60])} holds control or formatting characters; give plain text")

@@ -28,7 +28,6 @@ removing raw diagnostics (:mod:`labkit.retention`). Taught in 11_capacity_and_re
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import unicodedata
 from collections.abc import Mapping
@@ -41,6 +40,7 @@ from .errors import EvidenceRejected
 from .jsontext import canonical_json, sha256_hex
 from .redaction import Redaction, redact, redact_document, redact_field_path
 from .store import Evidence, store_evidence_txn
+from .typed import first_unprintable
 
 #: The tables (``diagnostics``, ``redactions`` and the evidence row's reference columns) are
 #: in labkit.schema.
@@ -81,12 +81,6 @@ class BoundedEvidence:
         return self.diagnostic_digest, location_for(incident)
 
 
-#: Characters evidence text may not hold: C0 and C1 controls (NUL, ESC and the terminal escapes
-#: it starts, line breaks), the line and paragraph separators, and the bidirectional controls
-#: that make text display in another order than it is stored (U+202E, right-to-left override).
-_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
 def check_printable(incident: str, body: object, field: str = "") -> None:
     """Refuse (rule ``printable-text``) evidence whose text, keys included, holds a control character.
 
@@ -97,9 +91,8 @@ def check_printable(incident: str, body: object, field: str = "") -> None:
     text that labkit never prints.
     """
     if isinstance(body, str):
-        found = _UNPRINTABLE.search(body)
-        if found is not None:
-            char = found.group()
+        char = first_unprintable(body)  # the characters are labkit.typed's rule
+        if char is not None:
             what = unicodedata.name(char, "a control character").lower()
             raise EvidenceRejected(incident, field or "(response)", f"holds U+{ord(char):04X} ({what})", "printable-text")
     elif isinstance(body, list):

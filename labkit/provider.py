@@ -42,8 +42,8 @@ from .errors import (
     UnknownIncident,
 )
 from .jsontext import JsonProblem, strict_loads
-from .numbers import parse_decimal
 from .rules import REFERENCE_PROVIDER, assess, check_rules_revision
+from .typed import parse_decimal
 
 #: Overrides where the reference provider finds its incidents (tests point it at bad data).
 DATA_ENV = "LABKIT_DATA_DIR"

@@ -34,8 +34,8 @@ from .errors import BadRetentionDays, InconsistentRun, UnknownRun, VacuumFailed
 from .evidence import redact_fields_txn
 from .jsontext import sha256_hex
 from .leases import redact_details_txn
-from .numbers import parse_decimal
 from .store import connect, connect_readonly
+from .typed import parse_decimal
 
 #: The tables (``diagnostics``, ``redactions``, ``retentions`` and the evidence row's reference
 #: columns) are in labkit.schema.

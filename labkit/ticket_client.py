@@ -44,6 +44,7 @@ from urllib.parse import urlencode, urlsplit
 
 from .errors import BadTicketServiceUrl, TicketServiceUnanswered
 from .jsontext import JsonProblem, canonical_json, strict_loads
+from .typed import escaped
 
 PostOutcome = Literal["created", "replayed", "refused", "failed", "unknown"]
 LookupOutcome = Literal["found", "absent", "duplicate", "cannot_query", "refused", "invalid", "unknown"]
@@ -146,8 +147,7 @@ def safe_text(text: str, limit: int = 300) -> str:
     every other character that is not printable (NUL, ESC, a right-to-left override) is written
     as its escape, ``\\x1b``. For what the service says, before it is stored or printed."""
     text = " ".join(text[: limit * 2].split())
-    shown = "".join(char if char.isprintable() else ascii(char)[1:-1] for char in text)
-    return shown[:limit]
+    return escaped(text)[:limit]
 
 
 def check_url(url: str) -> str:

@@ -64,9 +64,9 @@ from ..database import (
 )
 from ..errors import BadServiceOption, CannotListen, DatabaseUnavailable, LabError, one_line, shown
 from ..jsontext import JsonProblem, canonical_json, strict_loads
-from ..numbers import parse_decimal, parse_whole
 from ..ticket_client import all_tickets
 from ..ticket_store import COLUMNS, open_store, request_digest, store_rows
+from ..typed import first_unprintable, parse_decimal, parse_whole
 from .processes import child_env
 
 #: The only address the service listens on: it is a lab's stand-in, never a public service.
@@ -450,7 +450,7 @@ def _check_request(data: bytes) -> dict[str, str]:
         # A ticket's fields are stored and shown to people: no NUL, terminal escapes or
         # right-to-left overrides (which make text read other than it is). A summary may
         # run over lines.
-        if not all(char.isprintable() or (name == "summary" and char in "\n\t") for char in value):
+        if first_unprintable(value, allow="\n\t" if name == "summary" else "") is not None:
             raise _Problem(400, "Bad Request", f"{name} holds control or formatting characters (NUL, ESC, a direction override, ...)")
     return request
 

@@ -308,7 +308,7 @@ def test_evidence_stored_without_a_reference_has_no_diagnostic(lab, conn):
 
 
 @pytest.mark.parametrize("days", [-1, -0.001, float("nan"), float("inf"), "nan", "", " ", "thirty", "1e9", 36_501, True, None, [30],
-                                  " 7 ", "1_0", "３"])  # a number as typed: ASCII digits, nothing around them (labkit.numbers)
+                                  " 7 ", "1_0", "３"])  # a number as typed: ASCII digits, nothing around them (labkit.typed)
 def test_days_that_are_not_a_number_of_days_are_refused(days):
     with pytest.raises(BadRetentionDays):
         check_days(days)
