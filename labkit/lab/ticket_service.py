@@ -343,7 +343,11 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Transfer-Encoding"):
             self.close_connection = True
             raise _Problem(411, "Length Required", "send the body with a Content-Length, not chunked")
-        text = self.headers.get("Content-Length")
+        lengths = self.headers.get_all("Content-Length") or []
+        if len(set(lengths)) > 1:  # which one frames the body? RFC 9112 6.3: an error, not a guess
+            self.close_connection = True
+            raise _Problem(400, "Bad Request", "two different Content-Length headers")
+        text = lengths[0] if lengths else None
         if text is None:
             self.close_connection = True
             raise _Problem(411, "Length Required", "POST /tickets needs a Content-Length")

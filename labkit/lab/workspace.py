@@ -173,6 +173,12 @@ def reset(lesson: str | None = None, copy: Path | None = None) -> ResetReport:
         raise NotALesson(lesson, known)
     chosen = [path for path in lessons if lesson is None or path.name[:2] == lesson]
     scratch_root()  # refused before anything changes, as a name below is
+    # my-lab itself may be a folder or a link to one (the learner chose where it lives), but not
+    # a file or a link to nothing: either failed later as an OSError, exit 1 for bad input.
+    if copy.is_symlink() and not copy.exists():
+        raise NotAPlainFile(Path(copy.name), "a symlink to nothing")
+    if copy.exists() and not copy.is_dir():
+        raise NotAPlainFile(Path(copy.name), "not a folder")
     backups = copy / ".backup"
     _refuse_unless_plain(backups, copy, folder=True)
     for committed in chosen:

@@ -421,6 +421,19 @@ def test_a_content_length_in_digits_other_than_ascii_is_a_400_not_a_crash(servic
     assert service.tickets() == []
 
 
+def test_two_different_content_lengths_are_a_400_not_a_guess(service):
+    """Before the fix the first header framed the body; a proxy believing the second would read
+    another request out of the same bytes (request smuggling)."""
+    with socket.create_connection((HOST, service.port), timeout=5) as sock:
+        body = b'{"incident": "INC-1001", "title": "t", "summary": "s"}'
+        sock.sendall(b"POST /tickets HTTP/1.1\r\nHost: x\r\nIdempotency-Key: \"k2\"\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: %d\r\nContent-Length: 2\r\n\r\n" % len(body) + body)
+        answer = b"".join(iter(lambda: sock.recv(4096), b"")).decode("latin-1")
+    assert answer.startswith("HTTP/1.1 400"), answer
+    assert "two different Content-Length headers" in answer
+    assert service.tickets() == []
+
+
 def test_bad_options_are_refused_in_one_line(store, service):
     taken = str(service.port)
     cases = [

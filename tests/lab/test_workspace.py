@@ -126,6 +126,19 @@ def _tree(folder):
             for path in sorted(folder.rglob("*"))}
 
 
+@pytest.mark.parametrize("kind", ["a file", "a dangling link"])
+def test_reset_refuses_a_my_lab_that_is_not_a_folder(kind, tmp_path, scratch, cli_main, refused, monkeypatch):
+    """Before the fix: an OSError, exit 1 (a run-time failure) for what is bad input, exit 2."""
+    copy = tmp_path / "my-lab"
+    if kind == "a file":
+        copy.write_text("notes", encoding="utf-8")
+    else:
+        copy.symlink_to(tmp_path / "gone")
+    monkeypatch.setattr(workspace, "LEARNER_COPY", copy)
+    refused(cli_main("reset"), "my-lab is " + ("not a folder" if kind == "a file" else "a symlink to nothing"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["my-lab"] + (["scratch"] if (tmp_path / "scratch").exists() else [])
+
+
 def test_reset_never_writes_through_a_symlink_in_my_lab(tmp_path, scratch, cli_main, refused, monkeypatch):
     copy = tmp_path / "my-lab"
     workspace.make_learner_copy(copy)
