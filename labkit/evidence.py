@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import sqlite3
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .clock import Clock
@@ -185,15 +185,18 @@ def record_redactions_txn(conn: sqlite3.Connection, incident: str, redactions: t
     )
 
 
-def redact_fields_txn(conn: sqlite3.Connection) -> int:
-    """Rewrite every recorded field path as today's rule writes it; how many rows changed.
+def redact_fields_txn(conn: sqlite3.Connection, incidents: Sequence[str]) -> int:
+    """Rewrite the recorded field paths of ``incidents`` as today's rule writes them; how many rows changed.
 
     An earlier labkit recorded the path of each value below a secret name, and a key there
     could be a secret itself. :func:`labkit.redaction.redact_field_path` cuts such a path after
-    the secret name; rows that then share a path are merged, their counts added.
+    the secret name; rows that then share a path are merged, their counts added. Only the runs
+    named: the whole table once per retention run made a year of daily retention quadratic.
     """
     require_write_transaction(conn, "redact_fields_txn")
-    rows = conn.execute("SELECT incident, part, field, kind, count FROM redactions").fetchall()
+    named = canonical_json(list(incidents))
+    rows = conn.execute("SELECT incident, part, field, kind, count FROM redactions"
+                        " WHERE incident IN (SELECT value FROM json_each(?))", (named,)).fetchall()
     merged: dict[tuple[str, str, str, str], int] = {}
     changed = 0
     for incident, part, field, kind, count in rows:
@@ -202,7 +205,7 @@ def redact_fields_txn(conn: sqlite3.Connection) -> int:
         key = (incident, part, safe, kind)
         merged[key] = merged.get(key, 0) + count
     if changed:
-        conn.execute("DELETE FROM redactions")
+        conn.execute("DELETE FROM redactions WHERE incident IN (SELECT value FROM json_each(?))", (named,))
         conn.executemany("INSERT INTO redactions (incident, part, field, kind, count) VALUES (?, ?, ?, ?, ?)",
                          [(*key, count) for key, count in merged.items()])
     return changed

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from contextlib import closing
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -64,6 +64,7 @@ from .errors import (
     StepOrderError,
     UnknownRun,
 )
+from .jsontext import canonical_json
 from .redaction import redact_line
 from .steps import Step
 from .store import Fence, advance_txn, connect_readonly, find_run_txn
@@ -439,14 +440,15 @@ def refused_commits_txn(conn: sqlite3.Connection) -> int:
     return conn.execute("SELECT COUNT(*) FROM lease_events WHERE event = 'refused'").fetchone()[0]
 
 
-def redact_details_txn(conn: sqlite3.Connection) -> int:
-    """Redact every lease event's detail as :func:`_event_txn` writes one today; how many changed.
+def redact_details_txn(conn: sqlite3.Connection, incidents: Sequence[str]) -> int:
+    """Redact the lease events' details of ``incidents`` as :func:`_event_txn` writes one today; how many changed.
 
     For details an earlier labkit stored as they came (a refused password, a URI with its
-    credentials): :func:`labkit.retention.retain` calls it, so a retention run leaves none.
+    credentials): :func:`labkit.retention.retain` calls it for the runs it retains.
     """
     require_write_transaction(conn, "redact_details_txn")
-    rows = conn.execute("SELECT seq, detail FROM lease_events WHERE detail != ''").fetchall()
+    rows = conn.execute("SELECT seq, detail FROM lease_events WHERE detail != ''"
+                        " AND incident IN (SELECT value FROM json_each(?))", (canonical_json(list(incidents)),)).fetchall()
     changed = [(clean, seq) for seq, detail in rows if (clean := redact_line(detail, MAX_DETAIL_CHARS)) != detail]
     conn.executemany("UPDATE lease_events SET detail = ? WHERE seq = ?", changed)
     return len(changed)
