@@ -7,7 +7,8 @@
 #   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races, every pair of kills on DBOS,
 #                   work pools under random SIGKILLs and stalls (LABKIT_SOAK_TRIALS=20 trials), and 240 runs
 #                   killed after a random delay (LABKIT_RANDOM_TRIALS=240), and two ticket services on one store
-#                   SIGKILLed and restarted at random for 20 rounds (no acknowledged ticket lost); counts printed
+#                   SIGKILLed and restarted at random for 20 rounds (no acknowledged ticket lost), and secrets planted
+#                   in 1,000 random log lines and documents a property (25 through every command); counts printed
 #   make wheelhouse      every pinned wheel into wheelhouse/ (KINDS="linux-x86_64 macos-arm64" adds learners' machines)
 #   make offline-check   install from wheelhouse/ and run the tests with no network (needs root: a network namespace)
 #   make test-other-env  run the tests from a fresh venv outside the repository
@@ -88,6 +89,7 @@ soak: $(STAMP)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/lab/test_explorer.py -q -s -n 0 -k soak
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/engines/test_engines.py -q -s -n 0 -k every_pair
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/lab/test_ticket_services_sharing_a_store.py -q -s -n 0 -k soak
+	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/mechanisms/test_redaction_contract.py -q -n 0
 
 wheelhouse:
 	bash scripts/wheelhouse.sh $(KINDS)
