@@ -65,6 +65,7 @@ from ..ticket_client import all_tickets
 from ..worker import LeasedWorker
 from .naive import CRASH_BUGS, coordinator_class
 from .ticket_service import ticket_service
+from .workspace import not_private
 
 # INCIDENT (from labkit.engines) is the incident every scenario drives: one run per database
 # keeps each row of the table about one thing.
@@ -558,11 +559,9 @@ def _check_private(folder: Path) -> None:
     found = folder.lstat()  # lstat: a symlink put in its place is refused, never followed
     if not stat.S_ISDIR(found.st_mode):
         raise BadExploreOption("--db-dir", f"{folder} is not a folder")
-    if found.st_uid != os.geteuid():
-        raise BadExploreOption("--db-dir", f"{folder} belongs to another user (uid {found.st_uid}); give a folder of your own")
-    if found.st_mode & stat.S_IWOTH:
-        raise BadExploreOption("--db-dir", f"{folder} can be written by every user, who could plant files in it; "
-                                           "give a folder only you can write to (chmod o-w)")
+    if (problem := not_private(found)) is not None:
+        raise BadExploreOption("--db-dir", f"{folder} {problem}, who could plant files in it; "
+                                           "give a folder that only you own and can write to")
 
 
 # --------------------------------------------------------------------------- random kills

@@ -49,6 +49,17 @@ class ScratchRootNotPrivate(BadInput):
                          f"lesson's files there; remove it (or set {SCRATCH_ENV} to a folder of your own)")
 
 
+def not_private(found: os.stat_result) -> str | None:
+    """Why a folder (its ``lstat``) is not one only this user controls, or None: another user owns
+    it, or every user can write to it (the sticky bit does not help: it stops removal, not
+    planting). The lessons' scratch root and the explorer's ``--db-dir`` both ask."""
+    if found.st_uid != os.geteuid():
+        return f"belongs to another user (uid {found.st_uid})"
+    if found.st_mode & stat.S_IWOTH:
+        return "can be written by every user"
+    return None
+
+
 def scratch_root() -> Path:
     """The folder that holds every lesson's scratch folder (one per user).
 
@@ -62,10 +73,8 @@ def scratch_root() -> Path:
     found = root.lstat()
     if stat.S_ISLNK(found.st_mode):
         raise ScratchRootNotPrivate(root, "is a symlink")
-    if found.st_uid != os.geteuid():
-        raise ScratchRootNotPrivate(root, f"belongs to another user (uid {found.st_uid})")
-    if found.st_mode & stat.S_IWOTH:
-        raise ScratchRootNotPrivate(root, "can be written by every user")
+    if (problem := not_private(found)) is not None:
+        raise ScratchRootNotPrivate(root, problem)
     return root
 
 
