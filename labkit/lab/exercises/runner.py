@@ -20,6 +20,7 @@ line; :func:`waiting_for` is the blank answer's; :func:`answer_is_a_function`,
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import importlib
 import inspect
@@ -30,7 +31,8 @@ import signal
 import sqlite3
 import sys
 import textwrap
-from collections.abc import Callable, Collection
+import types
+from collections.abc import Callable, Collection, Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -125,17 +127,155 @@ def names_used(function: Callable, *, imported: bool = False) -> set[str]:
     return used
 
 
-def own_work(function: Callable, *names: str) -> None:
+def labkit_objects(*names: str) -> dict[int, str]:
+    """Every object labkit's loaded modules hold under one of ``names``: id -> ``module.name``.
+
+    What a check compares with, found by value: the same function or constant is refused
+    whatever the learner calls it, and a lesson names it once, by its labkit name.
+    """
+    found: dict[int, str] = {}
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not (module_name == "labkit" or module_name.startswith("labkit.")):
+            continue
+        for name in names:
+            value = getattr(module, name, None)
+            if value is not None and not isinstance(value, (int, float, bool)):
+                found.setdefault(id(value), f"{getattr(value, '__module__', module_name) or module_name}.{name}")
+    return found
+
+
+def _unwrapped(value: object) -> list[object]:
+    """``value`` and what it wraps: ``functools.partial``'s function, a decorator's ``__wrapped__``, a bound method's."""
+    seen: list[object] = []
+    while value is not None and all(value is not other for other in seen) and len(seen) < 20:
+        seen.append(value)
+        value = getattr(value, "func", None) or getattr(value, "__wrapped__", None) or getattr(value, "__func__", None)
+    return seen
+
+
+def _code_objects(code: types.CodeType) -> list[types.CodeType]:
+    """A function's code and every code object nested in it (inner functions, comprehensions, lambdas)."""
+    nested = [const for const in code.co_consts if isinstance(const, types.CodeType)]
+    return [code, *[inner for const in nested for inner in _code_objects(const)]]
+
+
+def _reachable(function: object, depth: int = 4) -> list[tuple[str, object]]:
+    """(how it is reached, value) for everything an answer can call or read without naming it in labkit's words.
+
+    The answer itself; what its code's names point to in its globals (a notebook's
+    ``my_rule = labkit.versioning.why_not``, ``from labkit.versioning import why_not as w``);
+    its closure cells and default arguments; and, through the learner's own helper functions,
+    what theirs point to, a few calls deep.
+    """
+    found: list[tuple[str, object]] = []
+    todo: list[tuple[str, object, int]] = [("your answer", function, 0)]
+    visited: set[int] = set()
+    while todo:
+        how, value, level = todo.pop()
+        for layer in _unwrapped(value):
+            if id(layer) in visited:
+                continue
+            visited.add(id(layer))
+            found.append((how, layer))
+            code = getattr(layer, "__code__", None)
+            if not isinstance(code, types.CodeType) or level >= depth:
+                continue
+            if str(getattr(layer, "__module__", "") or "").startswith("labkit"):
+                continue  # labkit's own code calls labkit freely; only the learner's code is followed
+            namespace = getattr(layer, "__globals__", {}) or {}
+            for inner in _code_objects(code):
+                for name in inner.co_names:
+                    if name in namespace:
+                        todo.append((f"`{name}`", namespace[name], level + 1))
+            for cell in getattr(layer, "__closure__", None) or ():
+                try:
+                    todo.append(("a closure", cell.cell_contents, level + 1))
+                except ValueError:  # an empty cell
+                    continue
+            for default in (getattr(layer, "__defaults__", None) or ()) + tuple((getattr(layer, "__kwdefaults__", None) or {}).values()):
+                todo.append(("a default argument", default, level + 1))
+    return found
+
+
+def own_work(function: object, *names: str) -> None:
     """Refuse an answer that hands the exercise to the labkit code the check compares with.
 
-    Names are looked for in the code (as names and attributes), not in comments or strings.
+    ``names`` are labkit's names for it (functions and constants). The answer is refused
+    when it *is* one of them, or any labkit function at all (compared by identity and
+    module, not by the name the learner gave it), when its code names one (as a name, an
+    attribute or an import; comments and strings do not count), or when what its code
+    refers to (its globals, closure, defaults, and the learner's own helpers' in turn) is
+    one of them under any other name. :func:`watching_labkit` catches what is only built at
+    run time (``getattr`` with a computed name).
     """
-    used = names_used(function)
-    handed_over = [name for name in names if name in used]
-    if handed_over:
+    targets = labkit_objects(*names)
+    for how, value in _reachable(function):
+        if id(value) in targets:
+            where = "your answer is" if how == "your answer" else f"your answer reaches it through {how}:"
+            raise AssertionError(
+                f"write it yourself: {where} labkit's own {targets[id(value)]}, which already does the job "
+                "(and is what the check compares with)"
+            )
+        if how == "your answer" and callable(value) and str(getattr(value, "__module__", "") or "").startswith("labkit"):
+            raise AssertionError(
+                f"write it yourself: your answer is labkit's own {value.__module__}.{getattr(value, '__name__', '?')}, "
+                "not a function of yours"
+            )
+    if callable(function) and isinstance(getattr(function, "__code__", None), types.CodeType):
+        used = names_used(function, imported=True)
+        handed_over = [name for name in names if name in used]
+        if handed_over:
+            raise AssertionError(
+                f"write it yourself with the store's helpers: your answer calls {handed_over[0]}, which already does the job "
+                "(and is what the check compares with)"
+            )
+
+
+@contextlib.contextmanager
+def watching_labkit(*names: str) -> Iterator[list[str]]:
+    """While the check calls an answer in this process, notice any call of labkit's ``names`` from outside labkit.
+
+    Each function labkit's modules hold under one of ``names`` is replaced, for the duration,
+    by one that records a call made from code outside the labkit package (the learner's),
+    then does what the original does: labkit's own code calling it is not counted, and the
+    answer's behaviour does not change. Yields the list of calls; :func:`refuse_if_called`
+    turns it into the feedback once the answer has returned.
+    """
+    package = str(Path(labkit.__file__).resolve().parent)
+    calls: list[str] = []
+    replaced: list[tuple[types.ModuleType, str, object]] = []
+
+    def recorder(original: Callable, label: str) -> Callable:
+        @functools.wraps(original)
+        def recorded(*args, **kwargs):
+            caller = sys._getframe(1).f_code.co_filename
+            if not str(Path(caller).resolve()).startswith(package):
+                calls.append(label)
+            return original(*args, **kwargs)
+
+        return recorded
+
+    targets = labkit_objects(*names)
+    for module_name, module in list(sys.modules.items()):
+        if module is None or not (module_name == "labkit" or module_name.startswith("labkit.")):
+            continue
+        for attribute, value in list(vars(module).items()):
+            if id(value) in targets and inspect.isfunction(value):
+                replaced.append((module, attribute, value))
+                setattr(module, attribute, recorder(value, targets[id(value)]))
+    try:
+        yield calls
+    finally:
+        for module, attribute, value in replaced:
+            setattr(module, attribute, value)
+
+
+def refuse_if_called(calls: list[str]) -> None:
+    """The feedback of :func:`watching_labkit`: the answer called labkit's own code, under whatever name."""
+    if calls:
         raise AssertionError(
-            f"write it yourself with the store's helpers: your answer calls {handed_over[0]}, which already does the job "
-            "(and is what the check compares with)"
+            f"write it yourself: your answer called labkit's own {calls[0]} (found while it ran), "
+            "which already does the job (and is what the check compares with)"
         )
 
 
