@@ -8,8 +8,10 @@ check cell after it (tagged ``raises-exception``) stores the failure a learner s
   check passes and says so with a ✓;
 - the notebook's folded "Solution" block, a second copy for the reader, is the same code;
 - every shortcut kept in ``metadata.shortcuts`` (a constant, an empty function, the naive
-  draft the lesson takes apart, the example the lesson has just shown) makes the check
-  fail with its feedback, not with "waiting for your answer";
+  draft the lesson takes apart, the example the lesson has just shown, labkit's own code
+  under another name) makes the check fail with its feedback, not with "waiting for your
+  answer"; a shortcut kept as ``{"source": ..., "feedback": ...}`` must fail with feedback
+  that contains that text (its own hint, not any failure);
 - lessons 02 to 06 each have at least one exercise that asks for durable-workflow code
   (``metadata.builds``), checked by running it against real crashes or races.
 """
@@ -112,7 +114,8 @@ def test_every_check_passes_with_the_solution_and_refuses_every_shortcut(path):
         # Now each shortcut, in the same kernel, in place of the answer: the check must fail with feedback.
         index_of = {id(cell): index for index, cell in enumerate(notebook.cells)}
         for number, answer in learner.items():
-            for shortcut in answer.metadata.get("shortcuts", []):
+            for kept in answer.metadata.get("shortcuts", []):
+                shortcut, expected = (kept["source"], kept["feedback"]) if isinstance(kept, dict) else (kept, "")
                 answer.source = shortcut
                 client.execute_cell(answer, index_of[id(answer)])
                 check = checks[number]
@@ -120,4 +123,7 @@ def test_every_check_passes_with_the_solution_and_refuses_every_shortcut(path):
                 errors = _errors(check)
                 assert errors and errors[0][0] == "AssertionError" and "waiting for your answer" not in errors[0][1], (
                     f"exercise {number}: the shortcut passed the check:\n{shortcut}\n{errors}"
+                )
+                assert expected in errors[0][1], (
+                    f"exercise {number}: the shortcut failed, but not with its own feedback ({expected!r}):\n{shortcut}\n{errors}"
                 )
