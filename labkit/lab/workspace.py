@@ -7,7 +7,9 @@ only, never the temporary folder.
 
 The learner works in ``my-lab/``, a copy of ``notebooks/`` that ``make lab`` makes on first
 use and git ignores, so saved answers never touch the committed lessons that ``make test``
-checks. :func:`reset` brings a lesson (or every lesson) back to its committed state and
+checks. The copy has no outputs (:func:`learner_version`): a lesson asks the learner to
+predict a table before running the cell that prints it, and a stored table would answer
+first. The committed lessons keep theirs, for nbval and for the reading copy. :func:`reset` brings a lesson (or every lesson) back to its committed state and
 removes the scratch folders that lessons left behind, and nothing else. Neither ever writes
 through a symlink in ``my-lab/``: a link there may point at any file of the learner's.
 """
@@ -139,6 +141,22 @@ def lesson_files() -> list[Path]:
     return sorted(LESSONS.glob("[0-9][0-9]_*.ipynb"))
 
 
+def learner_version(lesson: Path) -> bytes:
+    """A committed lesson as the learner gets it: every code cell's outputs and execution count cleared.
+
+    Cleared for all cells, not for prediction cells only: a prediction may be answered by any
+    later table, and a marking that misses one would spoil it without anyone noticing.
+    """
+    import nbformat  # here, not at the top: the command line's other verbs should not pay for it
+
+    notebook = nbformat.reads(lesson.read_text(encoding="utf-8"), as_version=4)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    return (nbformat.writes(notebook) + "\n").encode("utf-8")
+
+
 def make_learner_copy(copy: Path = LEARNER_COPY) -> list[Path]:
     """Copy every committed lesson the learner's copy does not have yet; never overwrite one.
 
@@ -150,7 +168,7 @@ def make_learner_copy(copy: Path = LEARNER_COPY) -> list[Path]:
     for lesson in lesson_files():
         target = copy / lesson.name
         try:  # a new file or nothing: a name already there (a link too, even a dangling one) is the learner's
-            _write_new(target, lesson.read_bytes())
+            _write_new(target, learner_version(lesson))
         except FileExistsError:
             continue
         copied.append(target)
@@ -168,7 +186,8 @@ class ResetReport:
 def reset(lesson: str | None = None, copy: Path | None = None) -> ResetReport:
     """Bring one lesson (``"04"``) or all of them back to the committed state.
 
-    The learner's notebook is replaced by the committed one; if it differed, the replaced
+    The learner's notebook is replaced by the committed one (without outputs, as
+    :func:`make_learner_copy` makes it); if it differed, the replaced
     file is kept in ``my-lab/.backup/`` first. Scratch folders that lessons left behind
     (a kernel that was killed cannot remove its own) are removed, except those whose
     kernel is still running. Nothing else is touched: other files in ``my-lab/`` stay.
@@ -195,7 +214,7 @@ def reset(lesson: str | None = None, copy: Path | None = None) -> ResetReport:
     copy.mkdir(exist_ok=True)
     restored, backed_up = [], []
     for committed in chosen:
-        target, wanted = copy / committed.name, committed.read_bytes()
+        target, wanted = copy / committed.name, learner_version(committed)
         previous = _read_plain(target)
         if previous is not None and previous != wanted:
             backups.mkdir(exist_ok=True)

@@ -78,7 +78,7 @@ def test_reset_of_one_lesson_restores_it_keeps_a_backup_and_touches_nothing_else
     (copy / "notes.md").write_text("my notes", encoding="utf-8")
     report = workspace.reset(LESSONS[2].name[:2], copy)
     assert report.restored == [mine.name]
-    assert mine.read_bytes() == LESSONS[2].read_bytes()
+    assert mine.read_bytes() == workspace.learner_version(LESSONS[2])
     assert other.read_text(encoding="utf-8") == "other edits"
     assert (copy / "notes.md").read_text(encoding="utf-8") == "my notes"
     [backup] = report.backed_up
@@ -173,7 +173,7 @@ def test_reset_never_writes_through_a_symlink_in_my_lab(tmp_path, scratch, cli_m
     lesson.write_text("my edits", encoding="utf-8")
     done = cli_main("reset", "--lesson", number)
     assert done.returncode == 0, done.stderr
-    assert lesson.read_bytes() == LESSONS[4].read_bytes() and not lesson.is_symlink()
+    assert lesson.read_bytes() == workspace.learner_version(LESSONS[4]) and not lesson.is_symlink()
     [backup] = (copy / ".backup").iterdir()
     assert backup.read_text(encoding="utf-8") == "my edits"
 
@@ -187,3 +187,19 @@ def test_the_first_copy_never_writes_through_a_link_left_in_my_lab(tmp_path):
     assert dangling not in copied and dangling.is_symlink()
     assert not (tmp_path / "nowhere.ipynb").exists(), "make lab wrote a lesson through a dangling link"
     assert len(copied) == len(LESSONS) - 1
+
+
+def test_the_learners_copy_has_no_outputs_to_answer_a_prediction_and_the_same_cells(tmp_path):
+    """A stored table above "predict, then run" would answer the prediction: the copy has none."""
+    copy = tmp_path / "my-lab"
+    workspace.make_learner_copy(copy)
+    for lesson in LESSONS:
+        committed = json.loads(lesson.read_text(encoding="utf-8"))
+        mine = json.loads((copy / lesson.name).read_text(encoding="utf-8"))
+        code = [cell for cell in mine["cells"] if cell["cell_type"] == "code"]
+        assert code and all(cell["outputs"] == [] and cell["execution_count"] is None for cell in code), lesson.name
+        assert [cell["source"] for cell in mine["cells"]] == [cell["source"] for cell in committed["cells"]], lesson.name
+        assert [cell["metadata"] for cell in mine["cells"]] == [cell["metadata"] for cell in committed["cells"]], lesson.name
+    assert any(cell.get("outputs") for cell in json.loads(LESSONS[8].read_text(encoding="utf-8"))["cells"]), (
+        "the committed lesson keeps its outputs (nbval compares them)"
+    )
