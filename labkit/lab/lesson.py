@@ -23,6 +23,7 @@ from ..clock import clock_from_env
 from ..coordinator import Coordinator
 from ..crashpoints import CrashPlan, CrashPoint
 from ..database import read_transaction
+from ..errors import LabError
 from ..provider import ReferenceProvider, call_log_for, data_dir
 from ..receipts import find_receipt_txn
 from ..steps import Step
@@ -137,12 +138,15 @@ def _install_cell_order_handler() -> None:
         return
 
     def handler(shell, etype, value, tb, tb_offset=None):
-        # One line instead of a traceback: the fix is to run another cell, not to read frames.
-        lines = [_name_error_hint(value)]
+        # One line instead of a traceback. A NameError's fix is to run another cell, not to read
+        # frames. A refusal (labkit's, or the database's own constraint) is what the cell
+        # demonstrates: its name and message are the lesson, and twenty lines of labkit's source
+        # above them would bury it. A learner's other errors keep their full traceback.
+        lines = [_name_error_hint(value) if isinstance(value, NameError) else f"{etype.__name__}: {value}"]
         shell._showtraceback(etype, value, lines)
         return lines
 
-    shell.set_custom_exc((NameError,), handler)
+    shell.set_custom_exc((NameError, LabError, sqlite3.IntegrityError), handler)
 
 
 def start(lesson: str) -> Workspace:

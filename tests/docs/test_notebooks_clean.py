@@ -206,3 +206,20 @@ def test_mermaid_sequence_diagrams_have_no_semicolon_in_a_message(path):
             if block.lstrip().startswith("sequenceDiagram"):
                 broken += [line.strip() for line in block.splitlines() if ";" in line]
     assert broken == [], f"a ';' in a sequence diagram ends its statement there: {broken}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_an_intended_refusal_is_shown_as_its_one_line_not_a_traceback_of_labkit(path):
+    """A cell that demonstrates a refusal shows the refusal (name and message), not labkit's frames.
+
+    ``labkit.lab.lesson.start`` and the exercise checks render labkit's errors, the database's
+    constraint errors and the checks' feedback as one line; a traceback here means a refusal
+    went through another path and the learner would read twenty lines of labkit's source.
+    """
+    for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                frames = [line for line in output["traceback"] if "labkit/" in re.sub(r"\x1b\[[0-9;]*m", "", line)]
+                assert len(output["traceback"]) == 1 and not frames, (
+                    f"cell {index}: {output['ename']} is shown with a {len(output['traceback'])}-line traceback"
+                )
