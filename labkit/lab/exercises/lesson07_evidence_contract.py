@@ -95,7 +95,7 @@ def _generated_answers(log: Path, chance: random.Random) -> tuple[list[tuple[str
         other = chance.choice(COUNTS[1:])
         delta = chance.randint(1, 5000)
         honest.append((incident, _answer_with(incident, log, {"messages": delta, other: delta})[1]))
-    hostile = []
+    hostile: list[tuple[str, str, bytes]] = []
     for what in ("too many", "too few", "too few"):
         incident = chance.choice(incidents)
         delta = chance.randint(1, 5000)
