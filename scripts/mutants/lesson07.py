@@ -67,4 +67,12 @@ MUTANTS: list[dict] = [
         new='        pass\n',
         unit_tests=(CATALOGUE,),
     ),
+    dict(
+        name="evidence-names-the-old-contract",
+        claim="an evidence row names the contract revision that accepted it",
+        path="labkit/coordinator.py",
+        old="store_bounded_txn(conn, incident, contract.CONTRACT, bounded",
+        new='store_bounded_txn(conn, incident, "queue-evidence/1", bounded',
+        unit_tests=("tests/lab/test_lesson07_contract.py::test_the_evidence_row_names_the_adapter_that_answered",),
+    ),
 ]

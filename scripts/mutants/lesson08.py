@@ -81,4 +81,21 @@ MUTANTS: list[dict] = [
         new="WHERE incident = ? ORDER BY seq LIMIT 1",
         unit_tests=(f"{VERSIONING}::test_version_2_completes_from_the_latest_assessment",),
     ),
+    dict(
+        name="reevaluation-overwrites-the-evidence",
+        claim="a re-evaluation changes only the assessments table: the evidence's decision inputs stay",
+        path="labkit/versioning.py",
+        old='        return record_assessment_txn(conn, incident, "reevaluation", diagnosis, inputs, clock, reason=reason)\n',
+        new=('        conn.execute("UPDATE evidence SET rules_revision = ? WHERE incident = ?", (revision, incident))\n'
+             '        return record_assessment_txn(conn, incident, "reevaluation", diagnosis, inputs, clock, reason=reason)\n'),
+        unit_tests=(f"{VERSIONING}::test_reevaluation_adds_an_assessment_beside_the_original_and_reads_nothing",),
+    ),
+    dict(
+        name="rules-2-ignore-disk-alarms",
+        claim="revision 2 reads a disk alarm on any node as blocking the whole cluster (section 6)",
+        path="labkit/rules.py",
+        old="    disk_alarms = [node for node, _mem, disk, _used, _limit in seen if disk]\n",
+        new="    disk_alarms: list = []\n",
+        unit_tests=("tests/mechanisms/test_rules.py::test_a_disk_alarm_on_another_node_blocks_publishers_everywhere",),
+    ),
 ]

@@ -26,8 +26,11 @@ def test_the_evidence_row_names_the_adapter_that_answered(lab, conn):
     valid = lab.provider().read("INC-1001")
     lab.coordinator(conn, provider=CannedProvider(lab.call_log, {"INC-1001": valid})).drive("INC-1001")
     lab.coordinator(conn, provider=labkit.ReferenceProvider(lab.call_log, rules_revision=2)).drive("INC-1011")
-    rows = conn.execute("SELECT incident, provider, rules_revision, prompt_revision FROM evidence ORDER BY incident")
-    assert [tuple(row) for row in rows] == [("INC-1001", "canned", None, None), ("INC-1011", "reference-rules", 2, None)]
+    rows = conn.execute("SELECT incident, contract, provider, rules_revision, prompt_revision FROM evidence ORDER BY incident")
+    assert [tuple(row) for row in rows] == [
+        ("INC-1001", "queue-evidence/2", "canned", None, None),
+        ("INC-1011", "queue-evidence/2", "reference-rules", 2, None),
+    ]
 
 
 def solution(body):
