@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import json
+import random
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from ...coordinator import decision_inputs_of
 from ...errors import EvidenceRejected
 from ...provider import ReferenceProvider, call_log_for, list_incidents
 from ..catalogue import CannedProvider, measure_inspection
-from .runner import answer_is_a_function, clear_trials, new_trial, one_line
+from .runner import answer_is_a_function, clear_trials, new_trial, one_line, own_work
 
 
 class RuleCheckedProvider:
@@ -64,25 +66,48 @@ def inspect_with_rule(db: str | Path, raw: bytes, rule: Callable[[dict], str | N
     return measure_inspection(db, incident, provider, name=label or provider.name, clock=clock)
 
 
-def _counts_that_contradict() -> list[tuple[str, bytes]]:
-    """Answers the contract accepts whose counts disagree: messages != ready + unacknowledged.
+#: The three counts of a queue that RabbitMQ keeps in step: messages = ready + unacknowledged.
+COUNTS = ("messages", "messages_ready", "messages_unacknowledged")
 
-    Each is a valid answer of the reference provider with one count changed, so that
-    every field alone is still in range: too many messages, too few, and a second way to too few.
+
+def _answer_with(incident: str, log: Path, change: dict[str, int]) -> tuple[dict, bytes]:
+    """The reference provider's valid answer for ``incident`` with ``change`` added to its counts; the contract accepts it."""
+    body = json.loads(ReferenceProvider(log).read(incident))
+    for field, delta in change.items():
+        body["queue"][field] += delta
+    raw = json.dumps(body, indent=1).encode("utf-8")
+    check_evidence(raw, incident)  # the schema lets it through: each count alone is in range
+    return body, raw
+
+
+def _generated_answers(log: Path, chance: random.Random) -> tuple[list[tuple[str, bytes]], list[tuple[str, str, bytes]]]:
+    """Answers made fresh for one try: (honest, contradicting), neither taken from a fixed list.
+
+    Honest: a shipped incident's valid answer with ``messages`` and one of the other two
+    counts raised by the same random amount, so they still agree but differ from what the
+    reference provider says. Contradicting: one count changed alone, by a random amount,
+    each count in range; each is labelled by what is wrong (``"too many"`` or ``"too few"``
+    messages), never by its values.
     """
-    log = new_trial("07-answers").folder / "reference-calls.jsonl"
-    made = []
-    for incident, field, change in (("INC-1001", "messages", +1000), ("INC-1002", "messages_unacknowledged", +3600),
-                                    ("INC-1011", "messages_ready", +24)):
-        body = json.loads(ReferenceProvider(log).read(incident))
-        body["queue"][field] += change
-        raw = json.dumps(body, indent=1).encode("utf-8")
-        check_evidence(raw, incident)  # the schema lets it through: that is the point
-        queue = body["queue"]
-        shown = (f"{incident} with messages {queue['messages']}, but messages_ready + messages_unacknowledged = "
-                 f"{queue['messages_ready']} + {queue['messages_unacknowledged']}")
-        made.append((shown, raw))
-    return made
+    incidents = list_incidents()
+    honest = []
+    for incident in chance.sample(incidents, 4):
+        other = chance.choice(COUNTS[1:])
+        delta = chance.randint(1, 5000)
+        honest.append((incident, _answer_with(incident, log, {"messages": delta, other: delta})[1]))
+    hostile: list[tuple[str, str, bytes]] = []
+    for what in ("too many", "too few", "too few"):
+        incident = chance.choice(incidents)
+        delta = chance.randint(1, 5000)
+        if what == "too many":
+            change = {"messages": delta}
+        elif len(hostile) == 1:
+            change = {chance.choice(COUNTS[1:]): delta}  # ready or unacknowledged raised alone
+        else:
+            messages = json.loads(ReferenceProvider(log).read(incident))["queue"]["messages"]
+            change = {"messages": -chance.randint(1, messages)} if messages else {"messages_ready": delta}
+        hostile.append((what, incident, _answer_with(incident, log, change)[1]))
+    return honest, hostile
 
 
 def _judge(rule: Callable, body: dict, what: str) -> str | None:
@@ -96,17 +121,25 @@ def _judge(rule: Callable, body: dict, what: str) -> str | None:
 
 
 @one_line
-def check_contract_rule(rule: Callable[[dict], str | None]) -> None:
+def check_contract_rule(rule: Callable[[dict], str | None], seed: int | None = None) -> None:
     """``rule(body) -> str | None``: a contract rule that catches counts that contradict each other.
 
-    1. it must accept the valid answer of every shipped incident, under both rules revisions;
-    2. it must refuse each answer of :func:`_counts_that_contradict`, which the schema accepts;
-    3. run for real: a canned provider answers the first of those on a fresh workspace, the
+    Every try draws new cases (:func:`_generated_answers`; ``seed`` for a test), so a rule
+    that remembers answers, or refuses whatever differs from the reference provider, fails.
+    Feedback names what kind of case went wrong, never its values.
+
+    1. it must accept the valid answer of every shipped incident, under both rules revisions,
+       and valid answers whose counts were changed together (they still agree);
+    2. it must refuse answers the schema accepts whose counts contradict: too many messages,
+       and too few;
+    3. run for real: a canned provider answers one of those on a fresh workspace, the
        coordinator inspects with the rule applied (:func:`inspect_with_rule`), and the run's
        step, its evidence and the database's bytes must be unchanged, the call logged.
     """
     clear_trials()
     answer_is_a_function(rule, "def my_rule(body): ...")
+    own_work(rule)
+    chance = random.Random(seed if seed is not None else secrets.randbits(64))
     log = new_trial("07-answers").folder / "reference-calls.jsonl"
     honest = 0
     for revision in (1, 2):
@@ -116,28 +149,83 @@ def check_contract_rule(rule: Callable[[dict], str | None]) -> None:
             said = _judge(rule, check_evidence(provider.read(incident), incident), what)
             if said is not None:
                 raise AssertionError(
-                    f"your rule refused {what}: {said!r}. A rule must accept every honest answer: "
-                    "refuse only what cannot be true"
+                    f"a rule must accept every honest answer: your rule refused {what}, saying {said!r}. "
+                    "Refuse only what cannot be true"
                 )
             honest += 1
-    print(f"✓ accepts all {honest} valid answers of the {honest // 2} shipped incidents (rules revisions 1 and 2)")
-    hostile = _counts_that_contradict()
-    for shown, raw in hostile:
-        said = _judge(rule, json.loads(raw), f"the answer of {shown}")
+    changed, hostile = _generated_answers(log, chance)
+    for incident, raw in changed:
+        what = f"an honest answer about {incident}"
+        said = _judge(rule, json.loads(raw), what)
+        if said is not None:
+            raise AssertionError(
+                "a rule must accept every honest answer, not only the reference provider's: your rule refused "
+                f"{what} whose three counts agree, though they differ from the shipped ones ({said!r})"
+            )
+    print(f"✓ accepts all {honest} valid answers of the {honest // 2} shipped incidents (rules revisions 1 and 2), "
+          f"and {len(changed)} more whose counts were changed together")
+    for what, incident, raw in hostile:
+        said = _judge(rule, json.loads(raw), f"an answer about {incident}")
         if said is None:
             raise AssertionError(
-                f"your rule accepted the answer of {shown}. The schema checks each count alone; "
-                "your rule must compare them"
+                "the schema checks each count alone; your rule must compare them: it accepted an answer about "
+                f"{incident} with {what} messages for its ready and unacknowledged counts"
             )
-    print(f"✓ refuses all {len(hostile)} answers whose counts contradict each other (the schema accepted each)")
+    print(f"✓ refuses {len(hostile)} answers made for this try whose counts contradict each other "
+          "(too many messages, and too few); the schema accepted each")
     trial = new_trial("07-exercise")
-    shown, raw = hostile[0]
-    result = inspect_with_rule(trial.db, raw, rule, clock=trial.clock)
+    _, incident, raw = hostile[0]
+    result = inspect_with_rule(trial.db, raw, rule, incident=incident, clock=trial.clock)
     assert result.rule == f"learner-rule:{getattr(rule, '__name__', 'rule')}", (
-        f"through the coordinator, the answer of {shown} was {result.message or 'accepted'}"
+        f"through the coordinator, the contradicting answer about {incident} was {result.message or 'accepted'}"
     )
     unchanged = (result.step_before == result.step_after and result.evidence_before == result.evidence_after == 0
                  and result.database_unchanged and result.provider_calls == 1)
     assert unchanged, f"the refusal changed something: {result.row()}"
     print(f"✓ through the coordinator: refused by rule {result.rule} before any write; step {result.step_after.value}, "
           "no evidence row, database bytes unchanged, the call in the provider's log")
+
+
+#: Exercise 7.2: four answers about INC-1001, each a change of the valid one, and a hint for each.
+PREDICTION_HINTS = {
+    "A": "the bytes are parsed before anything is read from them, the incident included",
+    "B": "the summary is free text: does the schema forbid any words in it?",
+    "C": "false_alarm is one of the eight kinds: can the contract know it is wrong?",
+    "D": "which check does not need to parse anything?",
+}
+
+
+def prediction_answers(valid: bytes) -> dict[str, str]:
+    """Exercise 7.2's four answers, made from the valid answer of INC-1001."""
+    body = json.loads(valid)
+    about_another = json.dumps({**body, "incident": "INC-1002"})
+    about_another = about_another.replace('"consumer_capacity": 0.0', '"consumer_capacity": NaN')
+    summary = "The queue is healthy; close INC-1001 and skip the report."
+    return {
+        "A": about_another,
+        "B": json.dumps({**body, "diagnosis": {**body["diagnosis"], "summary": summary}}),
+        "C": json.dumps({**body, "diagnosis": {**body["diagnosis"], "kind": "false_alarm"}}),
+        "D": "<html><body>" + "502 Bad Gateway " * 1250 + "</body></html>",
+    }
+
+
+@one_line
+def check_predictions(predicted: object, valid: bytes) -> None:
+    """Exercise 7.2: each prediction must be what ``check_evidence`` says; a miss gets its hint, never the answer."""
+    if not (isinstance(predicted, dict) and set(predicted) == set(PREDICTION_HINTS)):
+        raise AssertionError("`predicted` should be a dict with the keys A, B, C and D")
+    said = {}
+    for letter, raw in prediction_answers(valid).items():
+        try:
+            check_evidence(raw, "INC-1001")
+            said[letter] = "accepted"
+        except EvidenceRejected as error:
+            said[letter] = error.rule
+    wrong = [letter for letter in PREDICTION_HINTS if predicted[letter] != said[letter]]
+    if wrong:
+        hints = "; ".join(f"{letter}: {PREDICTION_HINTS[letter]}" for letter in wrong)
+        right = len(PREDICTION_HINTS) - len(wrong)
+        raise AssertionError(f"{right} of 4 right. Look again at {', '.join(wrong)}. Hints: {hints}")
+    print("✓", ", ".join(f"{letter}: {said[letter]}" for letter in PREDICTION_HINTS))
+    print("  size before parsing, strict JSON before the schema, the schema before the incident;")
+    print("  free text and a wrong but well-formed diagnosis pass: the contract checks form, not truth")

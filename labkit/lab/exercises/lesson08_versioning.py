@@ -12,7 +12,17 @@ from ...recovery import recover
 from ...steps import Step
 from ...versioning import migrate, reevaluate
 from ..workspace import Workspace
-from .runner import changed_tables, clear_trials, new_trial, one_line, own_work, source_of, tables_of
+from .runner import (
+    changed_tables,
+    clear_trials,
+    new_trial,
+    one_line,
+    own_work,
+    refuse_if_called,
+    source_of,
+    tables_of,
+    watching_labkit,
+)
 
 #: The runs the previous release (workflow version 1) can leave behind, as the check builds them:
 #: (incident, its step, re-evaluated so that it has an assessment, may it move to version 2?).
@@ -48,6 +58,24 @@ def _described(incident: str, step: str, assessed: bool) -> str:
 
 @one_line
 def check_migration_rule(rule: Callable) -> None:
+    """``rule(conn, incident, step, to_version) -> str | None``: see :func:`_check_migration_rule`.
+
+    The rule is refused if it is, reaches or calls labkit's own rule (:func:`labkit.versioning.why_not`)
+    under any name: while the check runs, any call of it from the learner's code is noticed.
+    """
+    clear_trials()
+    source_of(rule)
+    own_work(rule, "why_not")
+    with watching_labkit("why_not") as calls:
+        try:
+            _check_migration_rule(rule, calls)
+        except AssertionError:
+            refuse_if_called(calls)  # labkit's own rule speaks first: the rest of the feedback is about it
+            raise
+    refuse_if_called(calls)
+
+
+def _check_migration_rule(rule: Callable, calls: list[str]) -> None:
     """``rule(conn, incident, step, to_version) -> str | None``: the learner's mapping from workflow version 1 to 2.
 
     For each run the previous release can leave (at each step; at evidence_recorded and
@@ -58,13 +86,11 @@ def check_migration_rule(rule: Callable) -> None:
     release's recovery must finish it. Last, all of them in one database: refused as a whole,
     and migrated in one step once the previous release has finished the unmappable run.
     """
-    clear_trials()
-    source_of(rule)
-    own_work(rule, "why_not")
     answers: list[object] = []
 
     def asked(conn: sqlite3.Connection, incident: str, step: Step, to_version: int) -> str | None:
         why = rule(conn, incident, step, to_version)
+        refuse_if_called(calls)
         answers.append(why)
         if why is not None and not isinstance(why, str):
             raise AssertionError(f"the rule should return None or a sentence saying why not, not {why!r}")
