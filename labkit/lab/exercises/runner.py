@@ -119,7 +119,10 @@ def names_used(function: Callable, *, imported: bool = False) -> set[str]:
 
     With ``imported``, also the names it imports with ``from ... import``.
     """
-    tree = ast.parse(source_of(function))
+    try:
+        tree = ast.parse(source_of(function))
+    except SyntaxError:  # a lambda inside a larger statement: its line is not a whole statement
+        return set()  # the identity checks of own_work still apply; nothing here can be read by name
     used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
     used |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute)}
     if imported:
