@@ -8,7 +8,8 @@ What is counted, per lesson and per section (a ``## `` heading; "(optional)" in 
 marks it optional, every other section is core):
 
 - prose: the words of every Markdown cell, without code blocks, diagrams or folded solutions;
-- code: the non-blank lines of every code cell except the learner's answer cells;
+- code: the characters of every code cell except the learner's answer cells, each run of
+  spaces counted as one, so that splitting a long line in two does not make it slower to read;
 - an exercise (``### Exercise`` heading): the words of its prompt and the lines of its solution.
 
 Minutes follow from those counts at fixed rates, chosen for a careful first reading of
@@ -16,7 +17,7 @@ technical material and written down here so that anyone can check or change them
 
 - prose at 130 words a minute (between Carver's "learning" and "memorising" reading rates,
   138 to 200 words a minute, slowed a little for diagrams and tables);
-- code at 8 lines a minute (read, run, and look at the output);
+- code at 400 characters a minute: 8 lines of 50 characters (read it, run it);
 - what the cells print: the words of every code cell's text output (printed lines, tables as
   text, a refusal's message) at 200 words a minute: a table or a log is scanned for the
   row that matters, faster than prose is read, but it is read (a lesson's claim is in it);
@@ -43,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PROSE_WPM = 130
 OUTPUT_WPM = 200
 RUN_TIMES = ROOT / "docs" / "run-times.json"
-CODE_LINES_PER_MINUTE = 8
+CODE_CHARACTERS_PER_MINUTE = 400
 MINUTES_PER_SOLUTION_LINE = 1.5
 MINUTES_PER_EXERCISE = 3
 HEADER = re.compile(r"^Reading \d+ min.*?· Exercises [^·]*·", re.MULTILINE)
@@ -58,13 +59,13 @@ class Section:
     title: str
     optional: bool
     words: int = 0
-    code_lines: int = 0
+    code_characters: int = 0
     output_words: int = 0
     exercises: list[tuple[str, bool, int, int]] = field(default_factory=list)  # (number, optional, words, solution lines)
 
     @property
     def reading(self) -> float:
-        return self.words / PROSE_WPM + self.code_lines / CODE_LINES_PER_MINUTE + self.output_words / OUTPUT_WPM
+        return self.words / PROSE_WPM + self.code_characters / CODE_CHARACTERS_PER_MINUTE + self.output_words / OUTPUT_WPM
 
     def exercise_minutes(self, core_only: bool) -> float:
         return sum(
@@ -125,7 +126,7 @@ def sections(path: Path) -> list[Section]:
                 current.exercises.append((exercise[0], exercise[1], exercise_words, lines))
                 exercise = None
                 continue
-            current.code_lines += len([line for line in source.splitlines() if line.strip()])
+            current.code_characters += sum(len(" ".join(line.split())) for line in source.splitlines())
             current.output_words += _output_words(cell)
     return found
 
