@@ -74,7 +74,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=my-lab $(LAB_ARGS)
 
 reset: $(STAMP)
-	$(BIN)/python -m labkit reset $(if $(LESSON),--lesson $(LESSON))
+	@$(BIN)/python -m labkit reset $(if $(LESSON),--lesson $(LESSON))
 
 # Two sessions at once, so that the cores finish together: the unit tests are independent
 # one by one (worksteal hands them out singly, one worker more than cores: many tests wait on
