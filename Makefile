@@ -115,7 +115,7 @@ soak: $(DEV_STAMP)
 
 MUTANTS ?=
 mutants: $(DEV_STAMP)
-	$(BIN)/python scripts/break_labkit.py $(MUTANTS)
+	$(BIN)/python scripts/break_labkit.py --jobs $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) $(MUTANTS)
 
 wheelhouse:
 	PYTHON_VERSIONS="$(PYTHON_VERSIONS)" bash scripts/wheelhouse.sh $(KINDS)
