@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "14_choosing_an_engine.ipynb"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
-SOLUTION = '''# ✏️ EDIT HERE: write the record_evidence step's work, then delete the last line to have it checked.
+SOLUTION = '''# ✏️ EDIT HERE: write the record_evidence step, then delete the last line to have it checked.
 def my_write_evidence(coordinator, incident, reading):
-    # DBOS runs a step at least once: this call may be the second, after a kill that came after the first one's commit.
+    # DBOS runs a step at least once: this call may be a second one, after a kill.
     # Return the step the run is at when you are done, as a string ("evidence_recorded").
     with transaction(coordinator.conn):
         run = coordinator.load_txn(incident)
@@ -31,34 +31,64 @@ def my_write_evidence(coordinator, incident, reading):
             run = coordinator.record_reading_txn(run, reading)
         return run.step.value'''
 
-PLACEHOLDER = '''# ✏️ EDIT HERE: write the record_evidence step's work, then delete the last line to have it checked.
+PLACEHOLDER = '''# ✏️ EDIT HERE: write the record_evidence step, then delete the last line to have it checked.
 def my_write_evidence(coordinator, incident, reading):
-    # DBOS runs a step at least once: this call may be the second, after a kill that came after the first one's commit.
+    # DBOS runs a step at least once: this call may be a second one, after a kill.
     # Return the step the run is at when you are done, as a string ("evidence_recorded").
     ...
 
 
 my_write_evidence = None  # ✏️ delete this line to have the function above checked'''
 
+HEAD = "def my_write_evidence(coordinator, incident, reading):"
 SHORTCUTS = [
-    'def my_write_evidence(coordinator, incident, reading):\n    return "evidence_recorded"',
-    "def my_write_evidence(coordinator, incident, reading):\n    ...",
+    {"source": f'{HEAD}\n    return "evidence_recorded"', "feedback": "left no evidence row"},
+    {"source": f"{HEAD}\n    ...", "feedback": "left no evidence row"},
     # section 4's naive step: writes every time it runs
-    "def my_write_evidence(coordinator, incident, reading):  # writes every time it runs\n"
-    "    with transaction(coordinator.conn):\n"
-    "        run = coordinator.record_reading_txn(coordinator.load_txn(incident), reading)\n"
-    "    return run.step.value",
-    "def my_write_evidence(coordinator, incident, reading):  # looks, never writes\n"
-    "    with transaction(coordinator.conn):\n"
-    "        return coordinator.load_txn(incident).step.value",
-    "def my_write_evidence(coordinator, incident, reading):  # looks first, but outside a transaction\n"
-    "    run = coordinator.load_txn(incident)\n"
-    "    if run.step is Step.NOT_INSPECTED:\n"
-    "        coordinator.record_reading_txn(run, reading)\n"
-    '    return "evidence_recorded"',
-    "def my_write_evidence(coordinator, incident, reading):  # labkit's own\n"
-    "    return labkit.engines.dbos.write_evidence_once(coordinator, incident, reading)",
-    "my_write_evidence = labkit.engines.dbos.write_evidence_once",
+    {"source": f"{HEAD}  # writes every time it runs\n"
+               "    with transaction(coordinator.conn):\n"
+               "        run = coordinator.record_reading_txn(coordinator.load_txn(incident), reading)\n"
+               "    return run.step.value",
+     "feedback": "the recovery ran your step a second time"},
+    {"source": f"{HEAD}  # looks, never writes\n"
+               "    with transaction(coordinator.conn):\n"
+               "        return coordinator.load_txn(incident).step.value",
+     "feedback": "left no evidence row"},
+    {"source": f"{HEAD}  # looks and writes outside a transaction\n"
+               "    run = coordinator.load_txn(incident)\n"
+               "    if run.step is Step.NOT_INSPECTED:\n"
+               "        coordinator.record_reading_txn(run, reading)\n"
+               '    return "evidence_recorded"',
+     "feedback": "raised NotInTransaction"},
+    # the check-then-act race of 06: the look outside the write transaction, the write inside
+    {"source": f"{HEAD}  # looks first, outside the transaction\n"
+               "    run = coordinator.load_txn(incident)\n"
+               "    if run.step is Step.NOT_INSPECTED:\n"
+               "        with transaction(coordinator.conn):\n"
+               "            run = coordinator.record_reading_txn(run, reading)\n"
+               "    return run.step.value",
+     "feedback": "Both looked before either wrote"},
+    # writes every time and swallows whatever goes wrong, a real error too
+    {"source": f"{HEAD}  # a catch-all\n"
+               "    try:\n"
+               "        with transaction(coordinator.conn):\n"
+               "            run = coordinator.load_txn(incident)\n"
+               "            coordinator.record_reading_txn(run, reading)\n"
+               "    except Exception:\n"
+               "        pass\n"
+               '    return "evidence_recorded"',
+     "feedback": "a real error must leave the step"},
+    {"source": f"{HEAD}  # labkit's own\n"
+               "    return labkit.engines.dbos.write_evidence_once(coordinator, incident, reading)",
+     "feedback": "write it yourself"},
+    {"source": "my_write_evidence = labkit.engines.dbos.write_evidence_once", "feedback": "write it yourself"},
+    {"source": "from labkit.engines.dbos import write_evidence_once as step_of_mine\n\n\n"
+               f"{HEAD}\n    return step_of_mine(coordinator, incident, reading)",
+     "feedback": "write it yourself"},
+    {"source": f"{HEAD}  # labkit's own, by a name built at run time\n"
+               '    found = getattr(labkit.engines.dbos, "write_evidence" + "_once")\n'
+               "    return found(coordinator, incident, reading)",
+     "feedback": "your answer called labkit's own"},
 ]
 
 #: Section 7's table, one tuple a row (Markdown needs a row on one line; the source keeps it readable).
@@ -194,22 +224,28 @@ import pandas as pd
 import labkit
 from labkit import engines
 from labkit.lab import display, explorer
+from labkit.lab.progress import with_progress
 from labkit.crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from labkit.database import transaction  # for Exercise 14.1
 from labkit.engines.dbos import IncidentApp, workflows_of
-from labkit.provider import CallLog
+from labkit.provider import CallLog, ReferenceProvider
 from labkit.steps import Step  # for Exercise 14.1
 
-ws = labkit.lab.lesson.start("14")  # cell-order messages; each demonstration makes a folder of its own
-labkit.lab.lesson.defined_by({"sides": "section 2's first cell", "found": "section 3's first cell", "runs": "section 3's first cell",
-                          "kill": "section 4's first cell", "my_write_evidence": "Exercise 14.1's answer cell"})
+ws = labkit.lab.lesson.start("14")  # cell-order messages; each demonstration has its own folder
+labkit.lab.lesson.defined_by({
+    "sides": "section 2's first cell",
+    "found": "section 3's first cell",
+    "runs": "section 3's first cell",
+    "kill": "section 4's first cell",
+    "my_write_evidence": "Exercise 14.1's answer cell",
+})
 pd.set_option("display.width", 120)
 pd.set_option("display.max_colwidth", None)
 INCIDENT = engines.INCIDENT  # INC-1003: a poison message, and a ticket for the on-call team
 
 
 def in_dbos(folder, work, **options):
-    """work(app) in a forked child that launches DBOS (one DBOS a process, never this kernel): how it ended, what it returned."""
+    """work(app) in a forked child that launches DBOS (never this kernel): its end, its value."""
     said = folder / ".said.txt"
     said.unlink(missing_ok=True)
 
@@ -225,20 +261,26 @@ def in_dbos(folder, work, **options):
 
 
 def business_rows(folder):
-    """What either engine left in FOLDER/lab.db (and the provider's log beside it), without times."""
+    """What either engine left in FOLDER/lab.db and the provider's log beside it, without times."""
     db = folder / "lab.db"
     effects = display.effects_frame(db)
-    return {"step": display.runs_frame(db)["step"].iloc[0], "evidence rows": len(display.evidence_frame(db)),
-            "moves": "→".join(display.transitions_frame(db)["to_step"]),
-            "receipt": ", ".join(display.receipts_frame(db)["receipt_id"]) or "-",
-            "ticket": ", ".join(f"{t} ({s})" for t, s in zip(effects["ticket"], effects["state"])) or "-",
-            "provider reads": CallLog(labkit.call_log_for(db)).reads_of(INCIDENT)}
+    tickets = [f"{ticket} ({state})" for ticket, state in zip(effects["ticket"], effects["state"])]
+    return {
+        "step": display.runs_frame(db)["step"].iloc[0],
+        "evidence rows": len(display.evidence_frame(db)),
+        "moves": "→".join(display.transitions_frame(db)["to_step"]),
+        "receipt": ", ".join(display.receipts_frame(db)["receipt_id"]) or "-",
+        "ticket": ", ".join(tickets) or "-",
+        "provider reads": CallLog(labkit.call_log_for(db)).reads_of(INCIDENT),
+    }
 
 
 def dbos_record(folder):
     """DBOS's own rows about the workflow, as an operator would read them (one line each)."""
-    return [f"{w['workflow_id']}: {w['status']}, app version {w['app_version']}, attempts {w['attempts']}, "
-            f"recorded steps: {', '.join(w['steps']) or '-'}" for w in workflows_of(folder)] or ["(no workflow recorded)"]
+    lines = [f"{w['workflow_id']}: {w['status']}, app version {w['app_version']}, "
+             f"attempts {w['attempts']}, recorded steps: {', '.join(w['steps']) or '-'}"
+             for w in workflows_of(folder)]
+    return lines or ["(no workflow recorded)"]
 ''')
 
 md('''
@@ -293,7 +335,8 @@ sides = {}
 for name in ("labkit", "dbos"):
     folder = labkit.lab.Workspace.create(f"14-{name}").folder  # this cell can run again
     with explorer.ticket_service(folder / "tickets.db") as url:
-        end = explorer.in_child(lambda: engines.engine(name).drive(folder, NO_CRASH, url))
+        engine = engines.engine(name)
+        end = explorer.in_child(lambda: engine.drive(folder, NO_CRASH, url))
     print(f"{name}: INC-1003 in a child process, {end}")
     sides[name] = folder
 pd.DataFrame({name: business_rows(folder) for name, folder in sides.items()})
@@ -320,24 +363,33 @@ md('''
 The crash explorer (12) kills INC-1003 at each of the nine points of the ticketed run, recovers with the
 engine's own recovery (`python -m labkit recover`, or a fresh process calling `DBOS.launch()`), and checks
 invariants 1 to 9 with the same code. Invariant 5 predicts the provider's reads from each engine's *read
-window*: the points where a kill loses a read the provider already answered. About ten seconds:
+window*: the points where a kill loses a read the provider already answered. The cell takes some
+seconds; a bar shows its progress:
 ''')
 
 code('''
-found = {name: labkit.lab.explore(labkit.lab.Workspace.create(f"14-explore-{name}").folder / "scenarios", pairs=False, engine=name)
-         for name in ("labkit", "dbos")}
-runs = {name: [r for r in exploration.results if r.scenario.flow == "run"] for name, exploration in found.items()}
-window = {name: engines.engine(name).read_window for name in runs}
-pd.concat({name: pd.DataFrame({"read window": [CrashPoint(r.name) in window[name] for r in results],
-                               "reads": [r.provider_reads for r in results],
-                               "all invariants held": [r.held for r in results]}, index=[r.name for r in results])
-           for name, results in runs.items()}, axis=1)
+found = {}
+for name in with_progress(["labkit", "dbos"]):
+    scenarios = labkit.lab.Workspace.create(f"14-explore-{name}").folder / "scenarios"
+    found[name] = labkit.lab.explore(scenarios, pairs=False, engine=name)
+runs = {name: [r for r in found[name].results if r.scenario.flow == "run"] for name in found}
+tables = {}
+for name, results in runs.items():
+    window = engines.engine(name).read_window
+    tables[name] = pd.DataFrame({
+        "read window": [CrashPoint(r.name) in window for r in results],
+        "reads": [r.provider_reads for r in results],
+        "all invariants held": [r.held for r in results],
+    }, index=[r.name for r in results])
+pd.concat(tables, axis=1)
 ''')
 
 code('''
 for name, results in runs.items():
     twice = [r.name for r in results if r.provider_reads == 2]
-    print(f"{name}: every invariant held at all {len(results)} points: {all(r.held for r in results)}; read twice after a kill at {twice}")
+    held = all(r.held for r in results)
+    print(f"{name}: every invariant held at all {len(results)} points: {held}")
+    print(f"  read twice after a kill at {twice}")
 ''')
 
 md('''
@@ -375,29 +427,53 @@ leaves a run already past `not_inspected` as it is. Here is a step that does not
 ''')
 
 code('''
-def write_evidence_always(coordinator, incident, reading):  # the naive step: writes every time it runs
+def write_evidence_always(coordinator, incident, reading):  # the naive step: writes every time
     with transaction(coordinator.conn):
         run = coordinator.record_reading_txn(coordinator.load_txn(incident), reading)
     return run.step.value
 
 
 naive = labkit.lab.Workspace.create("14-naive-step").folder  # this cell can run again
-end, _ = in_dbos(naive, lambda app: app.run(INCIDENT), crash=kill, write_evidence=write_evidence_always)
+naive_step = write_evidence_always
+end, _ = in_dbos(naive, lambda app: app.run(INCIDENT), crash=kill, write_evidence=naive_step)
 print(f"run, killed at after_evidence_commit: {end}")
-end, _ = in_dbos(naive, lambda app: app.recover(), write_evidence=write_evidence_always)
+end, _ = in_dbos(naive, lambda app: app.recover(), write_evidence=naive_step)
 print(f"recovery: {end}", *dbos_record(naive), sep="\\n  ")
 pd.DataFrame({"after recovery": business_rows(naive)})
 ''')
 
 md('''
-**What to notice:** the second run of the naive step hit the evidence table's primary key, the workflow ended
-ERROR, and no receipt was ever written. DBOS did what it promises; the step was not fit for it.
+**What to notice:** the second run of the naive step hit the evidence table's primary key. The workflow
+ended ERROR, and no receipt was ever written. DBOS did what it promises; the step was not fit for it.
 
-What labkit gave for free and DBOS does not:
+DBOS has no evidence contract of its own. Here `check_evidence` runs inside the read step, so a refused
+answer becomes the step's recorded *error*, never its recorded output. A provider that answers about
+another incident shows it (DBOS's record, one line per step; `output` or `error`):
+''')
 
-- **the evidence contract**: nothing in DBOS plays its part. Here `check_evidence` runs inside the read step,
-  so a refused answer is never recorded as the step's output; leave it out, and DBOS would faithfully
-  checkpoint garbage;
+code('''
+class AnswersAnotherIncident(ReferenceProvider):  # the answer is about INC-1001, whatever is asked
+    def read_with_diagnostic(self, incident):
+        return super().read_with_diagnostic("INC-1001")
+
+
+refused = labkit.lab.Workspace.create("14-refused").folder  # this cell can run again
+wrong = AnswersAnotherIncident(labkit.call_log_for(refused / "lab.db"))
+end, _ = in_dbos(refused, lambda app: app.run(INCIDENT), provider=wrong)
+print(f"run: {end}")
+for workflow in workflows_of(refused):
+    print(f"{workflow['workflow_id']}: {workflow['status']}", *workflow["outcomes"], sep="\\n  ")
+rows = business_rows(refused)
+pd.DataFrame({"after the refusal": {key: rows[key] for key in ("step", "evidence rows", "moves")}})
+''')
+
+md('''
+**What to notice:** `read_diagnostic` ended with an error, and DBOS recorded no output for it. So no
+replay can hand the refused answer to `record_evidence`, which never ran. Had the read step skipped
+the check, DBOS would record the answer as the read's output, and only the next step would refuse it.
+
+What else labkit gave for free and DBOS does not:
+
 - **the receipt table and its one-per-run key**: nothing either. The receipt is the application's own table,
   written by a step whose code must be idempotent (labkit's completion is);
 - **evidence and step in one commit**: only for a DBOS *transaction* on a datasource, which records its
@@ -407,16 +483,18 @@ What labkit gave for free and DBOS does not:
 md('''
 ### Exercise 14.1 (10 min): an evidence step that runs at least once
 
-Write `my_write_evidence(coordinator, incident, reading)`, the record_evidence step's work, as DBOS calls it:
-`coordinator` is a labkit coordinator on the run's database (`coordinator.conn`, `coordinator.load_txn(incident)`,
-`coordinator.record_reading_txn(run, reading)`, which needs an open `transaction(coordinator.conn)`), and
-`reading` is the recorded output of the read step. Keep the reading as evidence and move the run to
-`evidence_recorded`, once: the same call may come a second time after a kill. Return the step the run is at,
-as a string. Write it yourself: the check refuses `labkit.engines.dbos.write_evidence_once`.
+Write `my_write_evidence(coordinator, incident, reading)`, the record_evidence step as DBOS calls it.
+`coordinator` is a labkit coordinator on the run's database. It offers `coordinator.conn`,
+`coordinator.load_txn(incident)` and `coordinator.record_reading_txn(run, reading)`; the last needs an
+open `transaction(coordinator.conn)`. `reading` is the read step's recorded output. Keep the reading as
+evidence and move the run to `evidence_recorded`, once: the same call may come again after a kill, or
+from a second process at the same moment. Return the step the run is at, as a string. Write it
+yourself: the check refuses labkit's `write_evidence_once`, under any name.
 
-The check plugs your function into `IncidentApp(..., write_evidence=my_write_evidence)` in forked children:
-a clean run, then a run killed at `after_evidence_commit` and recovered, and compares the rows with those of
-labkit's own step. Correct: two `✓` lines, the second saying your step ran 2 times.
+The check plugs your function into `IncidentApp(..., write_evidence=my_write_evidence)` in forked
+children. It tries a clean run, and a run killed at `after_evidence_commit` and recovered. It tries a
+recovery whose database fails for real: that error must leave your step. Last, two processes call
+your step at once. Correct: four `✓` lines; the second says your step ran 2 times.
 ''')
 
 code(PLACEHOLDER, builds=True, exercise="14.1", shortcuts=SHORTCUTS, solution=SOLUTION)
@@ -433,11 +511,12 @@ md(f'''
 {SOLUTION}
 ```
 
-The look and the write share one write transaction: between reading the step and writing the evidence, no
-other process can write it first (06). The first run finds `not_inspected` and records; a replay after the
-kill finds `evidence_recorded` and writes nothing, so the step's second output is the same as the first would
-have been. Writing unconditionally is what section 4's naive step did; looking outside the transaction is
-refused by `record_reading_txn` itself (`NotInTransaction`).
+The look and the write share one write transaction. Between reading the step and writing the evidence,
+no other process can write first (06). The first run finds `not_inspected` and records. A replay after
+the kill finds `evidence_recorded` and writes nothing, so its output is what the first would have been.
+Looking outside the transaction lets two processes both see `not_inspected`; the second write then
+fails. Catching every exception hides that, and hides a real error too: DBOS would record a step that
+did nothing as a success.
 
 </details>
 ''')
@@ -453,7 +532,8 @@ a process of `incidents-2`, then one of `incidents-1` again:
 
 code('''
 versions = labkit.lab.Workspace.create("14-versions").folder  # this cell can run again
-end, _ = in_dbos(versions, lambda app: app.run(INCIDENT), crash=CrashPlan(CrashPoint("after_read")))
+early = CrashPlan(CrashPoint("after_read"))
+end, _ = in_dbos(versions, lambda app: app.run(INCIDENT), crash=early)
 print(f"incidents-1, killed at after_read: {end}", *dbos_record(versions), sep="\\n  ")
 for version in ("incidents-2", "incidents-1"):
     end, resumed = in_dbos(versions, lambda app: app.recover(), app_version=version)
@@ -491,14 +571,16 @@ of section 2, with its ticket store, and each engine's nine crash scenarios of s
 ''')
 
 code('''
-cards = {f"{name}, clean run": labkit.evaluation.evaluate(folder / "lab.db", ticket_store=folder / "tickets.db")
-         for name, folder in sides.items()}
-rows = [{"scored": name, "task": f"{card.task.correct} of {card.task.scored} right", **card.recovery.as_json()}
-        for name, card in cards.items()]
+rows = []
+for name, folder in sides.items():
+    card = labkit.evaluation.evaluate(folder / "lab.db", ticket_store=folder / "tickets.db")
+    task = f"{card.task.correct} of {card.task.scored} right"
+    rows.append({"scored": f"{name}, clean run", "task": task, **card.recovery.as_json()})
 for name, exploration in found.items():
     scenarios = [row for row in exploration.as_json()["scenarios"] if row["flow"] == "run"]
-    rows.append({"scored": f"{name}, 9 crash scenarios", "task": "-", **labkit.evaluation.recovery_from_scenarios(scenarios).as_json()})
-# "-": not measured (the explorer's rows do not carry an effect's state, and the card does not guess)
+    card = labkit.evaluation.recovery_from_scenarios(scenarios)
+    rows.append({"scored": f"{name}, 9 crash scenarios", "task": "-", **card.as_json()})
+# "-": not measured (the explorer's rows carry no effect state, and the card does not guess)
 shown = [{key: "-" if value is None else value for key, value in row.items()} for row in rows]
 pd.DataFrame(shown).set_index("scored").drop(columns="unfinished")
 ''')
