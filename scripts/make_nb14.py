@@ -209,8 +209,8 @@ engine, which of labkit's guarantees come for free, which change shape, and whic
 
 1. run the incident workflow on labkit and on DBOS Transact and show the same business rows, and DBOS's own
    record beside them (section 2);
-2. crash both at every point and say, from each engine's read window, where a read is repeated; show a DBOS
-   step running twice and staying harmless (sections 3, 4);
+2. crash both at every point and say, from each engine's read window, where a read is repeated; show a
+   DBOS step running twice and staying harmless, and what DBOS records for a refused answer (3, 4);
 3. write the idempotent record_evidence step that DBOS's at-least-once steps need (Exercise 14.1);
 4. show how DBOS treats a run of another application version, score both engines with one evaluation layer,
    and choose an engine for a team from its questions (sections 5 to 8).
@@ -286,17 +286,18 @@ def dbos_record(folder):
 md('''
 ## 1. Why an engine, and when
 
-labkit is an embedded state machine: one SQLite file, one row per run, a coordinator that reads the row and
-does the next step. That suits a bounded local worker, and it let the lab show every guarantee in a row you
-can query. It does not stretch to timers that wait a week, thousands of runs in flight on several hosts,
-workers that come and go, or upgrades rolled out while runs are half way. Those justify a dedicated workflow
-platform, with its own scheduler, recovery and operations. A team that outgrows one machine should move to
-one, not grow labkit into a toy copy of it.
+labkit is an embedded state machine. It keeps one SQLite file with one row per run, and a coordinator
+reads the row and does the next step. That suits a bounded local worker, and it let the lab show every
+guarantee in a row you can query. It does not stretch to timers that wait a week, or thousands of runs
+in flight on several hosts. Nor to workers that come and go, or upgrades rolled out while runs are half
+way. Those justify a dedicated workflow platform, with its own scheduler, recovery and operations. A
+team that outgrows one machine should move to one, not grow labkit into a toy copy of it.
 
-Moving is safe only if the same business outcomes can still be judged: the same rows, the same invariants
-(12), the same two scorecards (13). So this lesson runs the *same* incident workflow on DBOS Transact, a
-Python library that keeps workflow state in a database (SQLite here, PostgreSQL in production), writes the
-business rows into the same labkit tables, and judges both engines with the same code.
+Moving is safe only if the same business outcomes can still be judged. That means the same rows, the
+same invariants (12) and the same two scorecards (13). So this lesson runs the *same* incident workflow
+on DBOS Transact. DBOS is a Python library that keeps workflow state in a database (SQLite here,
+PostgreSQL in production). The workflow writes the business rows into the same labkit tables, and the
+same code judges both engines.
 ''')
 
 md('''
@@ -352,9 +353,10 @@ print("\\n".join(dbos_record(sides["dbos"])))
 ''')
 
 md('''
-**What to notice:** the same rows, the same receipt id (it is derived from the evidence), one ticket each.
-The ticket keys differ on purpose: labkit's comes from its effect row, DBOS's from the workflow id. DBOS's
-record says SUCCESS and names six recorded steps: that record, not the run row, is what DBOS resumes from.
+**What to notice:** the same rows, the same receipt id (it is derived from the evidence), one ticket
+each. The ticket keys differ on purpose. labkit's comes from its effect row, DBOS's from the workflow id.
+DBOS's record says SUCCESS and names six recorded steps. DBOS resumes from that record, not from the
+run row.
 ''')
 
 md('''
@@ -393,20 +395,20 @@ for name, results in runs.items():
 ''')
 
 md('''
-**What to notice:** every invariant holds on both engines. The reads differ, and each engine's read window
-says where: labkit reads twice after a kill at `after_read` or `before_evidence_commit`, DBOS only at
-`after_read`. DBOS records the read step's output when the step returns, *before* labkit's evidence
-commit: a kill inside the evidence transaction no longer costs a read, because the recorded step output
-plays the part of labkit's evidence checkpoint. It is a checkpoint in another database, though, which the
-next section shows the price of.
+**What to notice:** every invariant holds on both engines. The reads differ, and each engine's read
+window says where. labkit reads twice after a kill at `after_read` or `before_evidence_commit`; DBOS
+only at `after_read`. DBOS records the read step's output when the step returns, *before* labkit's
+evidence commit. So a kill inside the evidence transaction costs no read: the recorded output plays the
+part of labkit's evidence checkpoint. It is a checkpoint in another database, though. The next section
+shows the price.
 ''')
 
 md('''
 ## 4. A step runs at least once
 
-DBOS records a step after it returns. A process killed after the step's work and before that record runs the
-step *again* on recovery. Kill the DBOS run at `after_evidence_commit`, inside `record_evidence` after its
-commit, and recover it in a fresh process:
+DBOS records a step after it returns. If the process is killed after the step's work but before that
+record, recovery runs the step *again*. Kill the DBOS run at `after_evidence_commit` (inside
+`record_evidence`, after its commit), and recover it in a fresh process:
 ''')
 
 code('''
@@ -420,10 +422,10 @@ pd.DataFrame({"after recovery": business_rows(again)})
 ''')
 
 md('''
-**What to notice:** after the kill DBOS had recorded `start_run` and `read_diagnostic` only; the recovery
-(attempt 2) ran `record_evidence` a second time, from the recorded reading, and yet there is one evidence row
-and one move to `evidence_recorded`. labkit's `write_evidence_once` looks first, under the write lock, and
-leaves a run already past `not_inspected` as it is. Here is a step that does not look:
+**What to notice:** after the kill, DBOS had recorded only `start_run` and `read_diagnostic`. The
+recovery (attempt 2) ran `record_evidence` a second time, from the recorded reading. Yet there is one
+evidence row and one move to `evidence_recorded`. labkit's `write_evidence_once` looks first, under the
+write lock, and leaves a run already past `not_inspected` as it is. Here is a step that does not look:
 ''')
 
 code('''
@@ -524,10 +526,10 @@ did nothing as a success.
 md('''
 ## 5. Versioning of in-flight runs
 
-A run killed under one release may be recovered by the next. labkit refuses a run written by another workflow
-version and asks for an explicit migration (08). DBOS tags each workflow with its *application version*, and
-a process recovers only the pending workflows of its own version. Kill a run under `incidents-1`, then start
-a process of `incidents-2`, then one of `incidents-1` again:
+A run killed under one release may be recovered by the next. labkit refuses a run written by another
+workflow version, and asks for an explicit migration (08). DBOS tags each workflow with its *application
+version*. A process recovers only the pending workflows of its own version. Kill a run under
+`incidents-1`, then start a process of `incidents-2`, then one of `incidents-1` again:
 ''')
 
 code('''
@@ -555,18 +557,18 @@ with closing(old.connect()) as conn:
 ''')
 
 md('''
-**What to notice:** the `incidents-2` process recovered nothing and left the workflow PENDING; only a process
-of `incidents-1` picked it up (attempt 2). Neither engine lets new code silently reinterpret an old run: labkit
-refuses loudly, DBOS waits quietly. Waiting has a cost to plan for: keep some old-version processes running
-until their workflows drain, or use DBOS's patching (section 7). A run nobody of its version comes back for
-stays PENDING forever, and only an operator looking at DBOS's record would know.
+**What to notice:** the `incidents-2` process recovered nothing and left the workflow PENDING. Only a
+process of `incidents-1` picked it up (attempt 2). Neither engine lets new code silently reinterpret an
+old run. labkit refuses loudly; DBOS waits quietly. Plan for the cost of waiting. Keep some old-version
+processes running until their workflows drain, or use DBOS's patching (section 7). A run that no process
+of its version comes back for stays PENDING forever. Only an operator reading DBOS's record would know.
 ''')
 
 md('''
 ## 6. One evaluation layer for both
 
-The business rows are labkit's tables in both folders, so 13's scorers read them unchanged: each clean run
-of section 2, with its ticket store, and each engine's nine crash scenarios of section 3
+The business rows are labkit's tables in both folders, so 13's scorers read them unchanged. They score
+each clean run of section 2 with its ticket store, and each engine's nine crash scenarios of section 3
 (`recovery_from_scenarios` takes the explorer's rows as they are):
 ''')
 
@@ -586,10 +588,10 @@ pd.DataFrame(shown).set_index("scored").drop(columns="unfinished")
 ''')
 
 md('''
-**What to notice:** the same columns from the same code, and the same verdicts: every run completed, no
-duplicate receipt, no duplicate ticket. The one number that differs, `rereads` (2 against 1), is section 3's
-read windows, measured by the scorecard without knowing which engine it scores. That is what makes a
-migration judgeable: the yardstick stays when the engine changes.
+**What to notice:** the same columns from the same code, and the same verdicts. Every run completed,
+with no duplicate receipt and no duplicate ticket. The one number that differs, `rereads` (2 against 1),
+is section 3's read windows. The scorecard measured it without knowing which engine it scored. That is
+what makes a migration judgeable: the yardstick stays when the engine changes.
 ''')
 
 md(f'''
@@ -625,19 +627,20 @@ Start from the team's questions, not from the engine's feature list:
 
 {markdown_table(DECISION_HEADER, DECISIONS)}
 
-Whichever it is, keep the business rows in tables you own and keep the two scorecards of 13: section 6 showed
-they are what lets you compare the old engine with the new one, crash by crash.
+Whichever it is, keep the business rows in tables you own, and keep the two scorecards of 13. Section 6
+showed that they let you compare the old engine with the new one, crash by crash.
 ''')
 
 md('''
 ## What you learned
 
-1. The same workflow on two engines leaves the same business rows; DBOS adds a record of its own.
-2. Every invariant held on both; the read is repeated exactly where each engine's read window says, and a DBOS
-   step killed after its commit runs again.
-3. You wrote the idempotent evidence step that makes running again harmless.
-4. DBOS waits for a process of the same version; one evaluation layer scores both engines; the team's questions
-   choose the engine.
+1. The same workflow on two engines leaves the same business rows. DBOS adds a record of its own, with
+   each step's output or error; a refused answer is the read step's error, never its output.
+2. Every invariant held on both. The read is repeated exactly where each engine's read window says. A
+   DBOS step killed after its commit runs again.
+3. You wrote the evidence step that makes running again harmless: after a kill, and with two at once.
+4. DBOS waits for a process of the same version. One evaluation layer scores both engines. The team's
+   questions choose the engine.
 ''')
 
 md('''

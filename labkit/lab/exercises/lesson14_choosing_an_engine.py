@@ -18,6 +18,7 @@ from ...provider import ReferenceProvider, call_log_for, read_with_diagnostic
 from ...steps import Step
 from ...store import connect, connect_readonly
 from ..explorer import _warm
+from ..progress import Progress
 from .runner import answer_is_a_function, clear_trials, new_trial, one_line, own_work, refuse_if_called, watching_labkit
 
 #: The incident and the kill of Exercise 14.1 (14_choosing_an_engine, section 4): inside the
@@ -228,6 +229,14 @@ def check_evidence_step(write_evidence: Callable) -> None:
     clear_trials()
     answer_is_a_function(write_evidence, "def my_write_evidence(coordinator, incident, reading): ...")
     own_work(write_evidence, "write_evidence_once")
+    bar = Progress(4)  # four trials, each a few forked DBOS processes: some seconds in all
+    try:
+        _check_evidence_step(write_evidence, bar)
+    finally:
+        bar.finish()
+
+
+def _check_evidence_step(write_evidence: Callable, bar: Progress) -> None:
     for killed in (False, True):
         if killed not in _EVIDENCE_REFERENCE:
             _EVIDENCE_REFERENCE[killed] = evidence_step_trial(write_evidence_once, killed=killed)
@@ -264,6 +273,7 @@ def check_evidence_step(write_evidence: Callable) -> None:
             raise AssertionError(f"{ran}: your step returned {wrong[0]}; return the step the run is at when it ends, "
                                  f"as a string: {Step.EVIDENCE_RECORDED.value!r}, the first time and on a replay")
         shown.append(f"{ran}: one evidence row, one move to evidence_recorded, receipt {mine.receipt}, workflow {mine.status}")
+        bar.step()
     broken = evidence_step_trial(write_evidence, killed=True, broken_replay=True)
     if broken.status == "SUCCESS" or not broken.raised:
         raise AssertionError(
@@ -274,6 +284,7 @@ def check_evidence_step(write_evidence: Callable) -> None:
         )
     shown.append(f"a replay whose database fails for real: your step raised {broken.raised[-1].split(':')[0]}, "
                  f"workflow {broken.status}")
+    bar.step()
     both = two_at_once(write_evidence)
     if any(call.startswith("raised ") for call in both.calls) or both.evidence_rows != 1 or both.moves != 1:
         first = next((call for call in both.calls if call.startswith("raised ")), None)
