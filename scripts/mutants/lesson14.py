@@ -39,7 +39,7 @@ MUTANTS: list[dict] = [
         path=DBOS,
         old="        with self._set_id(incident):\n            return self.workflow(incident, tickets)\n",
         new="        return self.workflow(incident, tickets)\n",
-        unit_tests=(f"{ENGINES}::test_both_scorecards_read_a_dbos_run_as_they_read_a_labkit_one",),
+        unit_tests=("tests/lab/test_lesson14_dbos_record.py::test_the_workflow_id_is_the_incident_so_starting_it_twice_joins_the_first",),
     ),
     dict(
         name="dbos-read-window-claims-the-evidence-commit",

@@ -54,3 +54,16 @@ def test_a_clean_run_records_an_output_for_every_step(tmp_path):
     [workflow] = workflows_of(tmp_path)
     assert workflow["outcomes"] == [f"{step}: output" for step in
                                     ("start_run", "read_diagnostic", "record_evidence", "complete_report")]
+
+
+def test_the_workflow_id_is_the_incident_so_starting_it_twice_joins_the_first(tmp_path):
+    def run() -> None:
+        app = IncidentApp(tmp_path)
+        try:
+            app.run("INC-1003")
+        finally:
+            app.close()
+
+    for _ in range(2):
+        assert str(in_child(run, output=(tmp_path / "out", tmp_path / "err"))) == "exit 0"
+    assert [(w["workflow_id"], w["status"]) for w in workflows_of(tmp_path)] == [("INC-1003", "SUCCESS")]
