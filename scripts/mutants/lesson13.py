@@ -65,4 +65,13 @@ MUTANTS: list[dict] = [
         new="        completed=len(rows),",
         unit_tests=(f"{UNIT}::test_recovery_from_scenarios_counts_what_each_row_says",),
     ),
+    dict(
+        name="reevaluation-overwrites-the-original",
+        claim="reevaluate adds an assessment beside the original and overwrites nothing; the original card stays",
+        path="labkit/assessments.py",
+        old='    conn.execute(\n        "INSERT INTO assessments (incident, seq,',
+        new='    conn.execute("DELETE FROM assessments WHERE incident = ?", (incident,))\n'
+            '    conn.execute(\n        "INSERT INTO assessments (incident, seq,',
+        unit_tests=(f"{UNIT}::test_reevaluated_runs_are_scored_beside_their_originals_and_recovery_does_not_move",),
+    ),
 ]

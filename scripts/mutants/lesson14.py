@@ -58,4 +58,12 @@ MUTANTS: list[dict] = [
         new='"output"',
         unit_tests=("tests/lab/test_lesson14_dbos_record.py",),
     ),
+    dict(
+        name="dbos-every-process-runs-version-1",
+        claim="a process recovers only the pending workflows of its own application version; others wait",
+        path=DBOS,
+        old='"application_version": app_version',
+        new='"application_version": DEFAULT_APP_VERSION',
+        unit_tests=(f"{ENGINES}::test_dbos_recovers_a_workflow_only_under_the_application_version_that_started_it",),
+    ),
 ]
