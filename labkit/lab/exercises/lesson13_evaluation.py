@@ -211,9 +211,12 @@ def check_task_accuracy(accuracy: Callable) -> None:
             raise AssertionError(f"{case.name}: return the accuracy as a number, right / scored (None only when nothing is "
                                  f"scored), not {given!r}"[:300])
         if not math.isclose(float(given), expected.accuracy, abs_tol=1e-9):
+            # The hint first. The scorer's number only for the five cases section 4 shows anyway:
+            # the sixth, never shown, stays a case an answer cannot look up.
+            shown_case = case.name != _dealt_again().name
+            scorer = f"; the task scorer's is {expected.correct} of {expected.scored} = {expected.accuracy:.3f}" if shown_case else ""
             raise AssertionError(
-                f"{case.name} ({case.story}): your accuracy is {float(given):.3f}; the task scorer's is {expected.correct} of "
-                f"{expected.scored} = {expected.accuracy:.3f}. {case.hint}"
+                f"{case.name} ({case.story}): {case.hint}. Your accuracy is {float(given):.3f}{scorer}"
             )
         shown.append(f"{case.name}: {expected.correct} of {expected.scored} scored right = {expected.accuracy:.3f}")
     for line in shown:
