@@ -316,6 +316,15 @@ def _result(scenario: Scenario, ends: tuple[ChildEnd, ...], results: list, db: P
 # --------------------------------------------------------------------------- the whole exploration
 
 
+def _held_over(members: list[ScenarioResult]) -> dict[str, str]:
+    """Per invariant, ``held/judged`` over ``members`` (``·`` where it applies to none): a heat map's row."""
+    row = {}
+    for number in INVARIANTS:
+        judged = [held for r in members if (held := r.invariants[number]) is not None]
+        row[str(number)] = f"{sum(judged)}/{len(judged)}" if judged else "·"
+    return row
+
+
 @dataclass
 class Exploration:
     """Every scenario's result, and the random kills' report if any were asked for."""
@@ -354,13 +363,7 @@ class Exploration:
         for result in self.results:
             first = result.scenario.crash_points[0]
             groups.setdefault(f"{'leased ' if result.scenario.flow == 'work' else ''}{first}", []).append(result)
-        rows = {}
-        for name, members in groups.items():
-            row = {}
-            for number in INVARIANTS:
-                judged = [held for r in members if (held := r.invariants[number]) is not None]
-                row[str(number)] = f"{sum(judged)}/{len(judged)}" if judged else "·"
-            rows[name] = row
+        rows = {name: _held_over(members) for name, members in groups.items()}
         return pd.DataFrame.from_dict(rows, orient="index")
 
     def heatmap_html(self) -> str:
@@ -413,11 +416,7 @@ class Exploration:
         rows = {}
         for flow in sorted({r.scenario.flow for r in self.results}, key=["run", "work"].index):
             members = [r for r in self.results if r.scenario.flow == flow]
-            row = {}
-            for number in INVARIANTS:
-                judged = [held for r in members if (held := r.invariants[number]) is not None]
-                row[str(number)] = f"{sum(judged)}/{len(judged)}" if judged else "·"
-            rows[f"{flow} ({len(members)} scenarios)"] = row
+            rows[f"{flow} ({len(members)} scenarios)"] = _held_over(members)
         return pd.DataFrame.from_dict(rows, orient="index")
 
     def collapsed(self):

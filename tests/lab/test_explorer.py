@@ -156,6 +156,15 @@ def test_each_known_bug_turns_a_cell_of_the_table_red(bug, tmp_path):
     assert all(r.scenario.bug == bug for r in found.results)
 
 
+def test_a_bug_turns_its_heat_map_cells_red(tmp_path):
+    """The heat map's numbers (12's compared tables) count held over judged: a broken scenario shows."""
+    found = explorer.explore(tmp_path / "bug", pairs=False, bug="reread_committed_evidence")
+    assert found.by_flow().loc["run (9 scenarios)", "5"] == "3/9"
+    assert list(found.summary()["5"]) == ["1/1"] * 3 + ["0/1"] * 6
+    assert set(found.summary()["1"]) == {"1/1"} and set(found.summary()["10"]) == {"·"}
+    assert list(found.collapsed()["invariants"]) == ["all held", "all held", "broken: 5"]  # 1 read, 2 reads, then red
+
+
 def test_the_bugs_the_explorer_knows_are_the_ones_a_crash_can_reveal():
     assert set(CAUGHT_AT) == set(CRASH_BUGS)
     assert set(CRASH_BUGS) < set(labkit.lab.naive.BUGS)

@@ -245,6 +245,20 @@ def test_a_retention_killed_before_vacuum_keeps_its_removal_and_the_next_reclaim
     assert files_hold(lab.folder, RAW_ONLY["INC-1016"]) == [], "after the VACUUM the removed bytes are nowhere in the files"
 
 
+def test_a_retention_killed_before_vacuum_leaves_no_removed_byte_in_the_file_after_the_next_checkpoint(lab, conn, python_child):
+    """secure_delete zeroes the freed space in the removal's own commit: VACUUM is not what erases it (lesson 11)."""
+    coordinator = lab.coordinator(conn)
+    for incident in ("INC-1015", "INC-1016", "INC-1009"):
+        coordinator.drive(incident)
+    assert files_hold(lab.folder, RAW_ONLY["INC-1016"]) != [], "the raw diagnostic is in the file before retention"
+    code = ("import os, signal, sys; from labkit.retention import retain; from labkit import TickingClock\n"
+            "retain(sys.argv[1], 0, TickingClock('2026-04-15T00:00:00Z'), before_vacuum=lambda: os.kill(os.getpid(), signal.SIGKILL))")
+    assert python_child(code, lab.db).returncode == KILLED
+    with closing(sqlite3.connect(lab.db)) as other:
+        other.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # what the next connection does, without any VACUUM
+    assert files_hold(lab.folder, RAW_ONLY["INC-1016"]) == [], "the freed space still holds the removed bytes"
+
+
 def test_a_vacuum_that_cannot_run_is_a_failure_a_retry_cures(lab, conn, monkeypatch, query):
     """Another writer takes the lock between the removal's commit and VACUUM: exit 1, the removal stays."""
     for incident in ("INC-1014", "INC-1016"):

@@ -8,7 +8,6 @@ import re
 from collections.abc import Callable, Iterator
 
 from ... import invariants
-
 from ...invariants import InvariantResult
 from ..explorer import Scenario, explore, flow_points, run_scenario
 from ..naive import CRASH_BUGS, coordinator_class
