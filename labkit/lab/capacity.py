@@ -1078,12 +1078,12 @@ def size_figure(table: Sequence[dict[str, object]]):
     """:func:`size_table` as a matplotlib line plot: measured (solid) and predicted (dashed), inline and kept apart."""
     import matplotlib.pyplot as plt  # an optional heavy dependency: loaded only when a picture is asked for
 
-    days = [row["day"] for row in table]
+    days = [float(str(row["day"])) for row in table]
     figure, axes = plt.subplots(figsize=(8, 4.2))
     for column in [name for name in table[0] if name != "day"]:
         style = "--" if "predicted" in column else "-"
         colour = "#b91c1c" if column.startswith("raw inline") else "#1d4ed8"
-        axes.plot(days, [row[column] for row in table], style, color=colour, label=column.replace(" MB", ""))
+        axes.plot(days, [float(str(row[column])) for row in table], style, color=colour, label=column.replace(" MB", ""))
     axes.set_xlabel("day")
     axes.set_ylabel("database size (MB)")
     axes.set_xlim(0, max(days))

@@ -745,8 +745,8 @@ class _SqliteSteps:
                 if row is not None:
                     self.run_row_at = self.count
 
-        database._connect = counted_connect  # type: ignore[assignment]
-        database._atomic = noted_atomic  # type: ignore[assignment]
+        database._connect = counted_connect
+        database._atomic = noted_atomic
 
 
 def _killed_after(steps: int | None, work: Callable[[], object], report: Path | None = None) -> Callable[[], object]:

@@ -15,7 +15,18 @@ from ...retention import retain
 from ..lesson import restart_answers
 from ..ticket_service import TicketService
 from ..workspace import Workspace
-from .runner import answer_is_a_function, changed_tables, clear_trials, new_trial, one_line, own_work, source_of, tables_of
+from .runner import (
+    answer_is_a_function,
+    changed_tables,
+    clear_trials,
+    new_trial,
+    one_line,
+    own_work,
+    refuse_if_called,
+    source_of,
+    tables_of,
+    watching_labkit,
+)
 
 #: When Exercise 11.1's retention runs (a pinned clock), and how many days a raw diagnostic is kept.
 RETENTION_AT = "2026-04-15T00:00:00Z"
@@ -155,7 +166,9 @@ def check_retention_selection(due: Callable) -> None:
     own_work(due, "retain", "retain_txn", "_UNFINISHED_SQL", "OWED")
     removed_in_all: list[str] = []
     for number, roles in enumerate(RETENTION_CASES, start=1):
-        trial = retention_trial(roles, due)
+        with watching_labkit("retain", "retain_txn") as calls:
+            trial = retention_trial(roles, due)
+        refuse_if_called(calls)
         removed = sorted(set(roles) - set(trial.kept))
         for incident in removed:
             role = roles[incident]

@@ -11,7 +11,7 @@ from ... import invariants
 from ...invariants import InvariantResult
 from ..explorer import Scenario, explore, flow_points, run_scenario
 from ..naive import CRASH_BUGS, coordinator_class
-from .runner import answer_is_a_function, clear_trials, new_trial, one_line, own_work
+from .runner import answer_is_a_function, clear_trials, new_trial, one_line, own_work, refuse_if_called, watching_labkit
 
 #: The scenarios Exercise 12.1's answer plays, in the order that stops the common slips first.
 SCENARIO_CASES: tuple[tuple[str, str | None], ...] = (
@@ -45,11 +45,11 @@ def _second_recoveries() -> Iterator[list[object]]:
         seen.append(kwargs.get("coordinator_class"))
         return original(*args, **kwargs)
 
-    invariants.recover = recorded  # type: ignore[assignment]
+    invariants.recover = recorded
     try:
         yield seen
     finally:
-        invariants.recover = original  # type: ignore[assignment]
+        invariants.recover = original
 
 
 def _with_bug(bug: str | None) -> str:
@@ -72,8 +72,9 @@ def check_scenario(scenario: Callable) -> None:
     for point, bug in SCENARIO_CASES:
         trial = new_trial("12-scenario")
         try:
-            with _second_recoveries() as second:
+            with _second_recoveries() as second, watching_labkit("explore", "run_scenario", "random_kills") as calls:
                 results = scenario(trial.db, point, bug)
+            refuse_if_called(calls)
         except AssertionError:
             raise
         except Exception as error:  # noqa: BLE001 - the learner's code: say what it raised, in one line
