@@ -53,7 +53,7 @@ MUTANTS: list[dict] = [
         path=RET,
         old="REMOVED if remover is not None else MISSING",
         new="MISSING",
-        unit_tests=(f"{T_RET}::test_a_retention_killed_before_vacuum_keeps_its_removal_and_the_next_reclaims_the_space",),
+        unit_tests=(f"{T_RET}::test_a_retention_killed_before_vacuum_leaves_no_removed_byte_in_the_file_after_the_next_checkpoint",),
     ),
     dict(
         name="ipv4-not-redacted",
