@@ -61,6 +61,6 @@ MUTANTS: list[dict] = [
         path=EXP,
         old="    expected = driver.expected_reads(list(zip((end.killed for end in ends), scenario.crash_points, strict=False)))\n",
         new="    expected = 1\n",
-        unit_tests=(f"{T_EXP}::test_each_scenario_killed_where_the_model_says_and_cost_the_reads_it_predicts",),
+        unit_tests=(f"{T_EXP}::test_every_invariant_holds_in_every_scenario_of_the_correct_workflow",),
     ),
 ]
