@@ -9,7 +9,7 @@
 #   make bench      labkit against bare SQLite, DBOS and LangGraph (installs them into .venv/bench), then timings
 #   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races, every pair of kills on DBOS,
 #                   work pools under random SIGKILLs and stalls (LABKIT_SOAK_TRIALS=20 trials), and 240 runs
-#                   killed after a random delay (LABKIT_RANDOM_TRIALS=240), and two ticket services on one store
+#                   killed at a random moment of SQLite's work (LABKIT_RANDOM_TRIALS=240) and half as many after a random delay, and two ticket services on one store
 #                   SIGKILLed and restarted at random for 20 rounds (no acknowledged ticket lost), and secrets planted
 #                   in 1,000 random log lines and documents a property (25 through every command); counts printed
 #   make mutants    break labkit on purpose, one bug per lesson claim (scripts/mutants/), and run each bug's lesson under

@@ -637,8 +637,8 @@ class Trial:
     """One random kill: the moments (counts of SQLite's work) that stopped the run and its recovery, and what broke."""
 
     number: int
-    run_at: int
-    recovery_at: int
+    run_at: float                  # SQLite steps, or milliseconds for a kill by clock (RandomKills.unit)
+    recovery_at: float
     killed: tuple[bool, bool]      # were the run, and the recovery, killed before they ended by themselves?
     step_after_kill: str           # where the run's rows stood after the first kill
     broken: dict[int, str]
@@ -654,10 +654,11 @@ class Trial:
 class RandomKills:
     trials: int
     seed: int
-    steps: float                   # a clean run's SQLite work, counted by its progress handler
+    steps: float                   # a clean run's SQLite work, counted by its progress handler (or its ms, by clock)
     results: list[Trial]
     seconds: float = 0.0
     run_row_at: int = 0            # the count at the clean run's first commit with a run row
+    unit: str = "steps"            # what run_at and recovery_at count: SQLite's steps, or milliseconds (by_clock)
 
     @property
     def violations(self) -> list[Trial]:
@@ -681,6 +682,7 @@ class RandomKills:
             "trials": self.trials,
             "seed": self.seed,
             "steps": int(self.steps),
+            "unit": self.unit,
             "landed": self.landed(),
             "violations": [
                 {"trial": t.number, "seed": self.seed, "run_kill_at": t.run_at, "recovery_kill_at": t.recovery_at,
@@ -763,8 +765,14 @@ def _killed_after(steps: int | None, work: Callable[[], object], report: Path | 
     return counted
 
 
-def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None = None, workers: int | None = None) -> RandomKills:
+def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None = None, workers: int | None = None,
+                 by_clock: bool = False) -> RandomKills:
     """Kill a ticketed run at a random moment of its work, then its recovery at another, ``trials`` times.
+
+    ``by_clock`` kills from outside instead, after a random delay (milliseconds, drawn from a
+    clean run's measured duration): a kill may then land anywhere, inside a file write or a
+    provider read as well as between SQLite's instructions, but where it lands depends on the
+    machine's speed and load, so it is for the soak, never for a compared lesson cell.
 
     A moment is a count of SQLite's work (:class:`_SqliteSteps`), drawn by ``random.Random(seed)``:
     trial n of seed s always draws the same two, so a failing trial is named by its seed, its
@@ -781,6 +789,16 @@ def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None 
     # the one-line UnknownBug, before any run).
     driver = LabkitEngine(bug, coordinator_class(bug))
     _warm()
+    if by_clock:
+        window = _clean_run_seconds(root / "clean", driver)
+        rng = random.Random(seed)
+        # A clean run measured alone ends well inside its measured time (which includes the fork and
+        # the wait): drawing from the first 60 % puts most kills inside the run, some after its end.
+        delays = [(rng.uniform(0, 0.6 * window), rng.uniform(0, 0.6 * window)) for _ in range(trials)]
+        clocked = [partial(_random_trial, root / f"{number:04d}", number, run_delay, recovery_delay, driver, by_clock=True)
+                   for number, (run_delay, recovery_delay) in enumerate(delays, start=1)]
+        results = in_parallel(clocked, Trial.from_json, workers=workers)
+        return RandomKills(trials, seed, window * 1000, results, time.perf_counter() - started, unit="ms")
     first, total = _clean_run_steps(root / "clean", driver)
     rng = random.Random(seed)
     span = total - first
@@ -801,15 +819,35 @@ def _clean_run_steps(folder: Path, driver: LabkitEngine) -> tuple[int, int]:
     return int(measured["run_row_at"]), int(measured["total"])
 
 
-def _random_trial(folder: Path, number: int, run_at: int, recovery_at: int, driver: LabkitEngine) -> Trial:
+def _clean_run_seconds(folder: Path, driver: LabkitEngine) -> float:
+    """The median of three uninterrupted runs in forked children, each with its own service."""
+    durations = []
+    for attempt in range(3):
+        place = folder / str(attempt)
+        place.mkdir(parents=True)
+        with ticket_service(place / "tickets.db") as url:
+            started = time.perf_counter()
+            in_child(lambda: driver.drive(place, NO_CRASH, url))  # noqa: B023 - called at once
+            durations.append(time.perf_counter() - started)
+    return sorted(durations)[1]
+
+
+def _random_trial(folder: Path, number: int, run_at: float, recovery_at: float, driver: LabkitEngine, *,
+                  by_clock: bool = False) -> Trial:
     folder.mkdir()
     db = driver.db(folder)
     log = CallLog(call_log_for(db))
+
+    def killed(moment: float, work: Callable[[], object]) -> ChildEnd:
+        if by_clock:  # SIGKILL from outside after ``moment`` seconds, wherever the child is
+            return in_child(work, kill_after=moment)
+        return in_child(_killed_after(int(moment), work))
+
     with ticket_service(folder / "tickets.db") as url:
-        first = in_child(_killed_after(run_at, lambda: driver.drive(folder, NO_CRASH, url)))
+        first = killed(run_at, lambda: driver.drive(folder, NO_CRASH, url))
         reads_first = log.reads_of(INCIDENT)
         step_after = recorded_step(db)
-        second = in_child(_killed_after(recovery_at, lambda: driver.restart(folder, NO_CRASH, url)))
+        second = killed(recovery_at, lambda: driver.restart(folder, NO_CRASH, url))
         reads_second = log.reads_of(INCIDENT) - reads_first
         step_after_second = recorded_step(db)
         _final_recovery(lambda: driver.restart(folder, NO_CRASH, url))
@@ -819,4 +857,6 @@ def _random_trial(folder: Path, number: int, run_at: int, recovery_at: int, driv
         results = check_invariants(db, call_log_for(db), {INCIDENT: 1 + repeated}, provider_for(db), effects=Tickets(url),
                                    coordinator_class=driver.coordinator_class())
     broken = {r.number: r.detail for r in results if not r.held}
+    if by_clock:
+        run_at, recovery_at = round(run_at * 1000, 2), round(recovery_at * 1000, 2)
     return Trial(number, run_at, recovery_at, (first.killed, second.killed), step_after, broken)

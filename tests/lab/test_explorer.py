@@ -199,6 +199,24 @@ def test_random_kills_soak(tmp_path):
     assert [(t.number, t.run_at, t.recovery_at, t.broken) for t in kills.violations] == []
 
 
+def test_random_kills_by_clock_kill_from_outside_and_keep_every_invariant(tmp_path):
+    """The soak's other half: SIGKILL after a random delay, which may land inside a file write or a read."""
+    kills = explorer.random_kills(tmp_path / "clock", 6, seed=3, by_clock=True)
+    assert kills.unit == "ms" and kills.as_json()["unit"] == "ms"
+    assert all(0 <= trial.run_at <= 0.6 * kills.steps + 1 for trial in kills.results)
+    assert kills.violations == []
+    assert sum(kills.landed().values()) == 6
+
+
+@pytest.mark.skipif(not os.environ.get("LABKIT_SOAK"), reason="the long soak: make soak (LABKIT_SOAK=1) runs 120 trials")
+def test_random_kills_by_clock_soak(tmp_path):
+    trials = int(os.environ.get("LABKIT_RANDOM_TRIALS", "240")) // 2
+    kills = explorer.random_kills(tmp_path / "soak", trials, seed=20261206, by_clock=True)
+    print(f"\nrandom kills by clock: {trials} trials in {kills.seconds:.1f} s, landed {kills.landed()}, "
+          f"{len(kills.violations)} violations")
+    assert [(t.number, t.run_at, t.recovery_at, t.broken) for t in kills.violations] == []
+
+
 def test_random_kills_catch_a_known_bug_and_name_the_seed_and_delays(tmp_path):
     kills = explorer.random_kills(tmp_path / "r", 6, seed=5, bug="retry_without_key")
     assert kills.violations, "every ticket this variant opens sits under another key than its effect's"
@@ -276,7 +294,7 @@ def test_explore_json_shows_the_random_object_the_contract_promises_even_without
     done = cli("explore", "--db-dir", tmp_path / "x", "--singles", "--json")
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
-    assert found["random"] == {"trials": 0, "seed": 0, "steps": 0, "landed": {}, "violations": [], "seconds": 0.0}
+    assert found["random"] == {"trials": 0, "seed": 0, "steps": 0, "unit": "steps", "landed": {}, "violations": [], "seconds": 0.0}
 
 
 # =========================================================================== the folder it works in
