@@ -1,0 +1,82 @@
+"""Bugs for lesson 09 (09_external_effects): each breaks one claim the lesson shows."""
+
+_T9 = "tests/lab/test_lesson09_lookups_and_check.py"
+
+MUTANTS: list[dict] = [
+    dict(
+        name="unknown-look-up-taken-as-absent",
+        claim="a look-up that got no answer is not 'absent': reconciliation leaves the effect uncertain, sends nothing",
+        path="labkit/effects.py",
+        old='    if lookup.outcome == "absent":\n        return "send_again"',
+        new='    if lookup.outcome in ("absent", "unknown"):\n        return "send_again"',
+        unit_tests=(f"{_T9}::test_a_look_up_that_settles_nothing_is_left_uncertain",
+                    f"{_T9}::test_no_answer_and_a_refusal_keep_one_ticket_at_a_service_without_keys"),
+        issue26=True,
+    ),
+    dict(
+        name="effects-table-loses-its-check",
+        claim="the effects table's CHECK refuses done without the destination's ticket",
+        path="labkit/schema.py",
+        old="CHECK (state != 'done' OR ticket IS NOT NULL)",
+        new="CHECK (state != 'done' OR ticket IS NOT NULL OR 1)",
+        unit_tests=(f"{_T9}::test_the_effects_table_refuses_done_without_a_ticket",),
+        issue26=True,
+    ),
+    dict(
+        name="refused-look-up-taken-as-absent",
+        claim="a refused look-up (429) settles nothing: left uncertain, one ticket",
+        path="labkit/effects.py",
+        old='    if lookup.outcome == "absent":\n        return "send_again"',
+        new='    if lookup.outcome in ("absent", "refused"):\n        return "send_again"',
+        unit_tests=(f"{_T9}::test_a_look_up_that_settles_nothing_is_left_uncertain",
+                    f"{_T9}::test_no_answer_and_a_refusal_keep_one_ticket_at_a_service_without_keys"),
+    ),
+    dict(
+        name="no-keys-sent-again",
+        claim="a destination that cannot be asked by key is left uncertain for a person, never sent to blindly",
+        path="labkit/effects.py",
+        old='    return "leave_uncertain"\n\n\ndef open_ticket(',
+        new='    return "send_again"\n\n\ndef open_ticket(',
+        unit_tests=(f"{_T9}::test_a_look_up_that_settles_nothing_is_left_uncertain",),
+    ),
+    dict(
+        name="attempt-not-counted-before-send",
+        claim="attempts + 1 is committed before each send: after a crash, 0 means certainly never sent",
+        path="labkit/effects.py",
+        old='outcome="sending", starting_send=True)',
+        new='outcome="sending", starting_send=False)',
+        unit_tests=("tests/mechanisms/test_effects.py",),
+    ),
+    dict(
+        name="look-up-asks-under-another-key",
+        claim="recovery asks the destination by the effect's own operation key before sending anything",
+        path="labkit/effects.py",
+        old="lookup = tickets_for_key(url, effect.operation_key, timeout, incident=effect.incident)",
+        new="lookup = tickets_for_key(url, effect.operation_key[:-1] + '0', timeout, incident=effect.incident)",
+        unit_tests=("tests/mechanisms/test_effects.py",),
+    ),
+    dict(
+        name="second-recovery-rewrites-an-uncertain-effect",
+        claim="a second recovery changes no row and no ticket",
+        path="labkit/effects.py",
+        old="    if current is not None and unchanged:",
+        new="    if current is not None and unchanged and False:",
+        unit_tests=("tests/mechanisms/test_effects.py",),
+    ),
+    dict(
+        name="unanswered-look-up-left-intended",
+        claim="after a look-up with no answer the effect is uncertain and listed, and the next recovery asks again",
+        path="labkit/effects.py",
+        old='            return _mark_txn(conn, effect, "uncertain", clock, outcome=outcome[:200])',
+        new='            return effect',
+        unit_tests=(f"{_T9}::test_no_answer_and_a_refusal_keep_one_ticket_at_a_service_without_keys",),
+    ),
+    dict(
+        name="resolve-forgets-the-reason",
+        claim="a person's resolution is recorded with the ticket and the reason on the row",
+        path="labkit/effects.py",
+        old='outcome=outcome, reason=reason)',
+        new='outcome=outcome, reason=None)',
+        unit_tests=("tests/mechanisms/test_effects.py",),
+    ),
+]
