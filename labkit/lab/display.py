@@ -284,12 +284,12 @@ def _lease_spans(db: str | Path, incident: str | None) -> tuple[list[dict], list
 
     spans = []
     for lease in leases:
-        ended = lease.ended in ("completed", "released", "failed") and lease.ended_at is not None
+        ended_at = lease.ended_at if lease.ended in ("completed", "released", "failed") else None
         spans.append({
             "worker": _worker(lease.worker), "token": lease.token, "from s": at(lease.claimed_at),
             # live, or taken over: drawn to the instant it expired
-            "to s": at(lease.ended_at) if ended else at(lease.expires_at),
-            "ends": lease.ended if ended else ("expired" if lease.ended == "taken_over" else "expires"),
+            "to s": at(ended_at) if ended_at is not None else at(lease.expires_at),
+            "ends": lease.ended if ended_at is not None else ("expired" if lease.ended == "taken_over" else "expires"),
         })
     marks = [{"worker": _worker(e.worker), "token": e.token, "at s": at(e.at), "event": e.event}
              for e in events if e.event in ("renewed", "committed", "refused")]
