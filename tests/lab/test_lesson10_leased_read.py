@@ -5,12 +5,19 @@ from __future__ import annotations
 
 from contextlib import closing
 
+import matplotlib
+import pytest
+
 import labkit
 from labkit.database import transaction
+from labkit.errors import StaleLease
 from labkit.lab import run_in_child
+from labkit.lab.display import lease_timeline_figure, lease_timeline_table
 from labkit.provider import read_with_diagnostic
 from labkit.store import create_run_txn
 from labkit.worker import LeasedWorker
+
+matplotlib.use("Agg")  # no window: the picture is only drawn
 
 
 class _ReadingWhile:
@@ -40,3 +47,31 @@ def test_another_process_commits_a_run_while_the_leased_worker_is_inside_its_rea
     [meanwhile] = provider.seen
     assert meanwhile.status == "exit 0", meanwhile.message
     assert "INC-1002: report_completed" in meanwhile.stdout
+
+
+def test_the_lease_timeline_table_holds_the_numbers_the_picture_draws(lab):
+    """A stalls past its 30 s lease, B takes over at 35 s and finishes at 40 s, A's commit at 45 s is refused."""
+    clock = labkit.ManualClock()
+    with closing(lab.connect()) as conn, transaction(conn):
+        create_run_txn(conn, "INC-1002", labkit.WORKFLOW_VERSION, clock)
+    a, b = (LeasedWorker(lab.connect(), lab.provider(), name=f"worker-{n}", lease_seconds=30, clock=clock) for n in "AB")
+    try:
+        lease_a = a.claim("INC-1002")
+        reading_a = a.read(lease_a)
+        clock.advance(35)
+        lease_b = b.claim("INC-1002")
+        reading_b = b.read(lease_b)
+        clock.advance(5)
+        b.complete(b.commit_evidence(lease_b, reading_b))
+        clock.advance(5)
+        with pytest.raises(StaleLease):
+            a.commit_evidence(lease_a, reading_a)
+    finally:
+        a.conn.close()
+        b.conn.close()
+    rows = lease_timeline_table(lab.db, "INC-1002").to_dict("records")
+    assert [(r["worker"], r["token"], r["from s"], r["to s"], r["ends"], r["events (s)"]) for r in rows] == [
+        ("worker-A", 1, 0.0, 30.0, "expired", "✗45"),
+        ("worker-B", 2, 35.0, 40.0, "completed", "✓40 ✓40"),
+    ]
+    lease_timeline_figure(lab.db, "INC-1002")  # draws without error
