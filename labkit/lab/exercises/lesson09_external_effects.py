@@ -232,9 +232,10 @@ def check_reconciliation(decide: Callable) -> None:
         told = _what_it_was_told(trial)
         first = trial.asked[0].split()[0] if trial.asked else ""
         if trial.tickets > 1:
+            why = _NOT_ABSENT.get(first, "a second POST made a second ticket")
             raise AssertionError(
                 f"{trial.case}: {trial.tickets} tickets for {RECONCILED_INCIDENT} at the destination after recovery "
-                f"({told}). {_NOT_ABSENT.get(first, 'a second POST made a second ticket').capitalize()}. "
+                f"({told}). {why[0].upper() + why[1:]}. "
                 "When nobody can know, leave it uncertain for a person"
             )
         if trial.error is not None and ("CHECK constraint" in trial.error or "RuleViolation" in trial.error):
