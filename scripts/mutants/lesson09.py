@@ -77,6 +77,6 @@ MUTANTS: list[dict] = [
         path="labkit/effects.py",
         old='outcome=outcome, reason=reason)',
         new='outcome=outcome, reason=None)',
-        unit_tests=("tests/mechanisms/test_effects.py",),
+        unit_tests=(f"{_T9}::test_a_resolution_keeps_the_ticket_and_the_reason_on_the_row",),
     ),
 ]

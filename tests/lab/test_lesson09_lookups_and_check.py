@@ -10,7 +10,7 @@ import pytest
 
 import labkit
 from labkit.database import transaction
-from labkit.effects import operation_key, reconciliation_decision, record_intent_txn
+from labkit.effects import find_effect_txn, operation_key, reconciliation_decision, record_intent_txn, resolve
 from labkit.lab.exercises import reconciliation_trials
 from labkit.store import create_run_txn
 from labkit.ticket_client import KeyLookup
@@ -43,3 +43,17 @@ def test_the_effects_table_refuses_done_without_a_ticket(lab):
         with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
             conn.execute("UPDATE effects SET state = 'done' WHERE incident = ?", (INC,))
         conn.execute("UPDATE effects SET state = 'done', ticket = 'T-0001' WHERE incident = ?", (INC,))  # with one: allowed
+
+
+def test_a_resolution_keeps_the_ticket_and_the_reason_on_the_row(lab):
+    with closing(lab.connect()) as conn:
+        with transaction(conn):
+            create_run_txn(conn, INC, labkit.WORKFLOW_VERSION, lab.clock)
+            record_intent_txn(conn, INC, operation_key(INC, labkit.WORKFLOW_VERSION), {"incident": INC}, lab.clock)
+        conn.execute("UPDATE effects SET state = 'uncertain', attempts = 1 WHERE incident = ?", (INC,))
+    resolved = resolve(lab.db, INC, "T-0001", "the service lists T-0001", lab.clock)
+    with closing(lab.connect()) as conn, transaction(conn):
+        stored = find_effect_txn(conn, INC)
+    assert stored is not None
+    assert (resolved.state, stored.state, stored.ticket, stored.reason) == (
+        "resolved", "resolved", "T-0001", "the service lists T-0001")
