@@ -79,4 +79,12 @@ MUTANTS: list[dict] = [
         new='outcome=outcome, reason=None)',
         unit_tests=(f"{_T9}::test_a_resolution_keeps_the_ticket_and_the_reason_on_the_row",),
     ),
+    dict(
+        name="invariant-8-ignores-a-second-ticket-per-incident",
+        claim="the naive retry's two tickets are caught by invariant 8 (at most one ticket per operation)",
+        path="labkit/invariants.py",
+        old='        record(8, doubled, f"{len(held)} tickets, {len(by_key)} keys")',
+        new='        record(8, doubled[:0], f"{len(held)} tickets, {len(by_key)} keys")',
+        unit_tests=("tests/mechanisms/test_effects.py",),
+    ),
 ]

@@ -62,4 +62,12 @@ MUTANTS: list[dict] = [
         new='        _event_txn(conn, lease.token, lease.incident, "claimed", lease.state_version, now,',
         unit_tests=(_LEASES,),
     ),
+    dict(
+        name="renewal-keeps-the-old-expiry",
+        claim="a renewal moves the lease's expiry to now + TTL, so the live worker keeps its run",
+        path="labkit/leases.py",
+        old='        conn.execute("UPDATE leases SET expires_at = ? WHERE token = ?", (expires, lease.token))',
+        new='        conn.execute("UPDATE leases SET expires_at = expires_at WHERE token = ? AND ? IS NOT NULL", (lease.token, expires))',
+        unit_tests=(_LEASES,),
+    ),
 ]
