@@ -15,7 +15,8 @@ identity** (:func:`operation_key`) that travels with every request as its
 
 Recovery never resends blindly. It first asks the destination by key
 (:func:`~labkit.ticket_client.tickets_for_key`): found, the ticket is recorded; absent, the same
-request is sent again under the same key (the service replays, it cannot duplicate);
+request is sent again under the same key (it makes the one ticket; a first request still
+in flight makes it a replay, never a duplicate);
 cannot be asked, the effect stays uncertain for a person. So it does after an answer the
 client refuses (:mod:`labkit.ticket_client`: a ticket for another key or incident), and after
 a listing of two tickets under the one key: never done as the first of them; ``effects``
@@ -163,8 +164,9 @@ def ticket_request(report: Mapping[str, object]) -> dict[str, str]:
 def reconciliation_decision(lookup: KeyLookup) -> str:
     """What recovery does once the destination has answered "what do you hold under this key?".
 
-    ``found``: record the ticket it names. ``absent``: send again, under the same key (the
-    service would replay a request still in flight, never duplicate it). Anything else
+    ``found``: record the ticket it names. ``absent``: nothing is stored under the key, so send
+    again, under the same key: the resend makes the one ticket, or, if the first request is
+    still in flight, whichever commits second gets the first one's ticket (a replay). Anything else
     (``cannot_query``: it keeps no keys; ``duplicate``: two tickets under one key, and which
     one stands is not for a program to pick; ``unknown``, ``refused`` or ``invalid``: no
     answer to believe) cannot be known from here: leave it uncertain, for a person or a later
@@ -256,6 +258,11 @@ def _reconcile(conn, effect: Effect, url: str, clock: Clock, timeout: float, tic
             # An answer about another key or incident, or one too large or malformed to read,
             # settles nothing: uncertain, and this command fails so that it is seen.
             _mark_txn(conn, effect, "uncertain", clock, outcome=f"look-up {lookup.detail}"[:200])
+        if lookup.outcome in ("unknown", "refused"):
+            # No answer (a timeout) or a refusal (429) says nothing about what the service holds:
+            # not "absent". Uncertain and listed, like cannot_query; every recovery asks again.
+            outcome = f"look-up {lookup.outcome} ({lookup.detail}): asked again by the next recovery"
+            return _mark_txn(conn, effect, "uncertain", clock, outcome=outcome[:200])
     if lookup.outcome == "invalid":
         raise EffectOutcomeUnknown(effect.incident, f"the look-up by key gave no answer to believe: {lookup.detail}")
     raise EffectOutcomeUnknown(effect.incident, f"the ticket service could not be asked ({lookup.detail or lookup.outcome})")

@@ -113,7 +113,7 @@ class KeyLookup:
     - ``duplicate``: the service lists two or more tickets under the one key (``tickets``):
       it broke its own promise, and which ticket stands is a person's decision; ``ticket`` is None.
     - ``cannot_query`` (501): the service keeps no keys; nobody but a person can settle it.
-    - ``refused`` (another 4xx: a malformed key), ``invalid`` (an answer the client refuses to
+    - ``refused`` (another 4xx: a malformed key, 429 rate-limited), ``invalid`` (an answer the client refuses to
       believe: too large, malformed, a ticket for another key or incident) or ``unknown`` (no
       answer, a 5xx): nothing learnt; a GET changes nothing, so it may be asked again.
     """

@@ -270,6 +270,82 @@ def lease_timeline(db: str | Path, incident: str | None = None, width: int = 60)
     return "\n".join(lines + refusals)
 
 
+def _lease_spans(db: str | Path, incident: str | None) -> tuple[list[dict], list[dict]]:
+    """The leases and their events in seconds since the first claim: what the picture and its table show."""
+    with closing(connect_readonly(db)) as conn, read_transaction(conn):
+        leases = leases_txn(conn, incident)
+        events = lease_events_txn(conn, incident)
+    if not leases:
+        return [], []
+    origin = min(parse_instant(lease.claimed_at) for lease in leases)
+
+    def at(instant: str) -> float:
+        return round((parse_instant(instant) - origin).total_seconds(), 3)
+
+    spans = []
+    for lease in leases:
+        ended_at = lease.ended_at if lease.ended in ("completed", "released", "failed") else None
+        spans.append({
+            "worker": _worker(lease.worker), "token": lease.token, "from s": at(lease.claimed_at),
+            # live, or taken over: drawn to the instant it expired
+            "to s": at(ended_at) if ended_at is not None else at(lease.expires_at),
+            "ends": lease.ended if ended_at is not None else ("expired" if lease.ended == "taken_over" else "expires"),
+        })
+    marks = [{"worker": _worker(e.worker), "token": e.token, "at s": at(e.at), "event": e.event}
+             for e in events if e.event in ("renewed", "committed", "refused")]
+    return spans, marks
+
+
+def lease_timeline_table(db: str | Path, incident: str | None = None) -> pd.DataFrame:
+    """The numbers :func:`lease_timeline_figure` draws, one row per lease: its span, and when each
+    of its renewals and commits (✓ accepted, ✗ refused) happened, in seconds since the first claim."""
+    spans, marks = _lease_spans(db, incident)
+    symbol = {"renewed": "r", "committed": "✓", "refused": "✗"}
+    rows = []
+    for span in spans:
+        mine = [m for m in marks if m["token"] == span["token"] and m["worker"] == span["worker"]]
+        events = " ".join(f"{symbol[m['event']]}{m['at s']:g}" for m in mine)
+        rows.append({**span, "events (s)": events})
+    return pd.DataFrame(rows, columns=["worker", "token", "from s", "to s", "ends", "events (s)"])
+
+
+def lease_timeline_figure(db: str | Path, incident: str | None = None, title: str = "") -> object:
+    """The leases as a picture (matplotlib): one lane per worker, a bar per lease from its claim to
+    its expiry (hatched: it ran out) or its end, renewals as ticks, commits as ✓ (accepted) or ✗ (refused).
+
+    Drawn from the rows alone, like :func:`lease_timeline`: a stall or a provider read leaves no
+    row, so it shows as a gap. A fixed size and no dates, so the picture is the same every run;
+    nbval does not compare pictures, so :func:`lease_timeline_table` prints its numbers beside it.
+    """
+    import matplotlib.pyplot as plt  # only the lessons draw; the command line starts without it
+
+    spans, marks = _lease_spans(db, incident)
+    workers = list(dict.fromkeys(span["worker"] for span in spans))
+    lane = {worker: len(workers) - 1 - index for index, worker in enumerate(workers)}
+    fig, ax = plt.subplots(figsize=(8, 0.6 + 0.7 * max(len(workers), 1)))
+    for span in spans:
+        expired = span["ends"] in ("expired", "expires")
+        ax.barh(lane[span["worker"]], span["to s"] - span["from s"], left=span["from s"], height=0.5,
+                color="#90caf9", edgecolor="#1565c0", hatch="//" if expired else None)
+        ax.text((span["from s"] + span["to s"]) / 2, lane[span["worker"]], f"lease {span['token']}",
+                ha="center", va="center", fontsize=9, bbox={"facecolor": "white", "edgecolor": "none", "pad": 1})
+    style = {"renewed": ("|", "#1565c0", 14), "committed": ("$✓$", "#2e7d32", 12), "refused": ("X", "#c62828", 10)}
+    for kind, (marker, color, size) in style.items():
+        chosen = [m for m in marks if m["event"] == kind]
+        if chosen:
+            ax.plot([m["at s"] for m in chosen], [lane[m["worker"]] + 0.42 for m in chosen], linestyle="none",
+                    marker=marker, color=color, markersize=size, label={"renewed": "renewed", "committed": "commit accepted",
+                                                                          "refused": "commit refused"}[kind])
+    ax.set_yticks(list(lane.values()), list(lane))
+    ax.set_ylim(-0.6, len(workers) - 0.1)
+    ax.set_xlabel("seconds since the first claim (hatched: the lease ran out)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def work_text(outcome: ChildOutcome, runs: bool = True) -> str:
     """``python -m labkit work`` as a lesson prints it: the command, how it ended, its lines, its one-line error.
 

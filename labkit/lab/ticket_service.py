@@ -26,6 +26,10 @@ Fault modes (``--fault``), for POST /tickets only, optionally for the first N PO
 ``drop-after-commit`` (commits, then closes the connection without a response),
 ``fail-before-commit`` (500, nothing stored), ``no-idempotency`` (ignores the key: every POST
 makes a new ticket, stored with no key; ``GET ?key=`` answers 501, "cannot be queried by key").
+``--lookup-fault`` for a look-up by key (``GET ?key=``): ``unanswered`` (answers only after
+``--fault-delay`` seconds, when the client has given up: it got no answer) or ``refused``
+(429, rate-limited). It comes before ``no-idempotency``'s 501, so the client cannot tell
+from it whether this service keeps keys at all (09's Exercise 9.1).
 
 The client the workflow reaches it with is :mod:`labkit.ticket_client` (it never imports this
 module). ``python -m labkit ticket-service`` runs :func:`run`; a lesson starts the service as a
@@ -74,6 +78,9 @@ HOST = "127.0.0.1"
 
 SLOW, DROP, FAIL, NO_IDEMPOTENCY = "slow-after-commit", "drop-after-commit", "fail-before-commit", "no-idempotency"
 FAULTS = (SLOW, DROP, FAIL, NO_IDEMPOTENCY)
+#: Faults of a look-up by key (``--lookup-fault``): no answer in time, or a refusal (429).
+LOOKUP_UNANSWERED, LOOKUP_REFUSED = "unanswered", "refused"
+LOOKUP_FAULTS = (LOOKUP_UNANSWERED, LOOKUP_REFUSED)
 #: The faults that --fault-times may limit: a service cannot sensibly start keeping keys half way.
 COUNTED_FAULTS = (SLOW, DROP, FAIL)
 DEFAULT_FAULT_DELAY = 2.0
@@ -113,6 +120,9 @@ class Faults:
     mode: str | None = None
     times: int | None = None
     delay: float = DEFAULT_FAULT_DELAY
+    #: What a look-up by key (GET ?key=) gets: None, ``unanswered`` (the answer comes only
+    #: after ``delay`` seconds, past any client's timeout) or ``refused`` (429, try later).
+    lookup: str | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def take(self) -> str | None:
@@ -272,6 +282,10 @@ class _Handler(BaseHTTPRequestHandler):
         if "key" not in params:
             query = f"SELECT {', '.join(COLUMNS)} FROM tickets ORDER BY rowid"
         else:
+            if self.server.faults.lookup == LOOKUP_REFUSED:
+                raise _Problem(429, "Too Many Requests", "look-ups by key are rate-limited: try again later")
+            if self.server.faults.lookup == LOOKUP_UNANSWERED:
+                time.sleep(self.server.faults.delay)  # the client has given up by then: it got no answer
             if self.server.faults.mode == NO_IDEMPOTENCY:
                 raise _Problem(501, "Not Implemented", "this service ignores Idempotency-Key, so its tickets cannot be queried by key")
             if len(params["key"]) != 1:
@@ -505,6 +519,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--port", type=_port, default=0, help="TCP port on 127.0.0.1 (default 0: a free one)")
     parser.add_argument("--host", default=HOST, help="must be 127.0.0.1: the service listens nowhere else")
     parser.add_argument("--fault", choices=FAULTS, help="misbehave on POST /tickets, one way")
+    parser.add_argument("--lookup-fault", choices=LOOKUP_FAULTS,
+                        help="misbehave on a look-up by key (GET /tickets?key=): answer after --fault-delay, or 429")
     parser.add_argument("--fault-times", type=_count, metavar="N", help="apply --fault to the first N POSTs only (default: all)")
     parser.add_argument(
         "--fault-delay", type=_seconds, default=DEFAULT_FAULT_DELAY, metavar="S",
@@ -537,7 +553,7 @@ def run(args: argparse.Namespace) -> int:
 
     previous = {signum: signal.signal(signum, stop) for signum in (signal.SIGTERM, signal.SIGINT)}
     try:
-        server = TicketServer(args.store, port=args.port, faults=Faults(args.fault, args.fault_times, args.fault_delay))
+        server = TicketServer(args.store, port=args.port, faults=Faults(args.fault, args.fault_times, args.fault_delay, args.lookup_fault))
         if stopping.is_set():  # stopped while the store was being opened
             return 0
         if args.until_stdin_closes:
@@ -610,12 +626,14 @@ class TicketService:
         fault: str | None = None,
         fault_times: int | None = None,
         fault_delay: float | None = None,
+        lookup_fault: str | None = None,
         port: int = 0,
         env: dict[str, str] | None = None,
         start_timeout: float = 30.0,
     ):
         self.store = Path(store)
         self.fault, self.fault_times, self.fault_delay = fault, fault_times, fault_delay
+        self.lookup_fault = lookup_fault
         self.port, self.env, self.start_timeout = port, env, start_timeout
         self.child: subprocess.Popen[str] | None = None
         self._url: str | None = None
@@ -632,6 +650,8 @@ class TicketService:
             args += ["--fault-times", str(self.fault_times)]
         if self.fault_delay is not None:
             args += ["--fault-delay", f"{self.fault_delay:g}"]
+        if self.lookup_fault:
+            args += ["--lookup-fault", self.lookup_fault]
         return args
 
     @property
@@ -680,10 +700,10 @@ class TicketService:
 
     def restart(self, **changes: Any) -> TicketService:
         """Stop (if running) and start again on the same store and port; ``changes`` may set
-        ``fault``, ``fault_times`` or ``fault_delay`` anew."""
+        ``fault``, ``fault_times``, ``fault_delay`` or ``lookup_fault`` anew."""
         self.stop()
         for name, value in changes.items():
-            if name not in ("fault", "fault_times", "fault_delay"):
+            if name not in ("fault", "fault_times", "fault_delay", "lookup_fault"):
                 raise TypeError(f"restart() cannot change {name!r}")
             setattr(self, name, value)
         return self.start()

@@ -17,7 +17,7 @@ from ...store import create_run_txn
 from ...worker import CheckedReading, LeasedWorker
 from ..processes import labkit_cli
 from ..workspace import Workspace
-from .runner import clear_trials, new_trial, one_line
+from .runner import clear_trials, new_trial, one_line, own_work
 
 
 @one_line
@@ -45,6 +45,7 @@ def check_fenced_commit(condition: str) -> None:
     clear_trials()
     if not isinstance(condition, str) or not condition.strip():
         raise AssertionError(f"the answer should be the condition as a string of SQL, e.g. \"version = ...\", not {condition!r}")
+    own_work(condition, "FENCE")  # labkit's own condition, under any name (compared by identity)
     ttl = 30.0
 
     def setting(*incidents: str) -> tuple[Workspace, ManualClock, LeasedWorker, LeasedWorker]:

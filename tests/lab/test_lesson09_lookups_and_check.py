@@ -1,0 +1,59 @@
+"""Lesson 09's two claims issue 26 found unproven: a look-up with no answer is not "absent", and
+the effects table refuses ``done`` without a ticket (its CHECK, not labkit's code, says so)."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+
+import pytest
+
+import labkit
+from labkit.database import transaction
+from labkit.effects import find_effect_txn, operation_key, reconciliation_decision, record_intent_txn, resolve
+from labkit.lab.exercises import reconciliation_trials
+from labkit.store import create_run_txn
+from labkit.ticket_client import KeyLookup
+
+INC = "INC-1003"
+
+
+@pytest.mark.parametrize("outcome", ["unknown", "refused", "cannot_query", "duplicate", "invalid"])
+def test_a_look_up_that_settles_nothing_is_left_uncertain(outcome):
+    assert reconciliation_decision(KeyLookup(outcome)) == "leave_uncertain"
+
+
+def test_no_answer_and_a_refusal_keep_one_ticket_at_a_service_without_keys():
+    """The real service, its look-up unanswered (a timeout) or refused (429): recovery leaves the
+    effect uncertain, and the service, which keeps no keys, holds one ticket, not two."""
+    trials = {trial.case: trial for trial in reconciliation_trials()}
+    for case, said in (("no keys, look-up unanswered, killed after_send", "unknown"),
+                       ("no keys, look-up refused, killed after_send", "refused")):
+        trial = trials[case]
+        assert trial.asked[0] == said, trial
+        assert (trial.state, trial.tickets, trial.broken) == ("uncertain", 1, ()), trial
+        assert trial.again_unchanged, trial
+
+
+def test_the_effects_table_refuses_done_without_a_ticket(lab):
+    with closing(lab.connect()) as conn:
+        with transaction(conn):
+            create_run_txn(conn, INC, labkit.WORKFLOW_VERSION, lab.clock)
+            record_intent_txn(conn, INC, operation_key(INC, labkit.WORKFLOW_VERSION), {"incident": INC}, lab.clock)
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+            conn.execute("UPDATE effects SET state = 'done' WHERE incident = ?", (INC,))
+        conn.execute("UPDATE effects SET state = 'done', ticket = 'T-0001' WHERE incident = ?", (INC,))  # with one: allowed
+
+
+def test_a_resolution_keeps_the_ticket_and_the_reason_on_the_row(lab):
+    with closing(lab.connect()) as conn:
+        with transaction(conn):
+            create_run_txn(conn, INC, labkit.WORKFLOW_VERSION, lab.clock)
+            record_intent_txn(conn, INC, operation_key(INC, labkit.WORKFLOW_VERSION), {"incident": INC}, lab.clock)
+        conn.execute("UPDATE effects SET state = 'uncertain', attempts = 1 WHERE incident = ?", (INC,))
+    resolved = resolve(lab.db, INC, "T-0001", "the service lists T-0001", lab.clock)
+    with closing(lab.connect()) as conn, transaction(conn):
+        stored = find_effect_txn(conn, INC)
+    assert stored is not None
+    assert (resolved.state, stored.state, stored.ticket, stored.reason) == (
+        "resolved", "resolved", "T-0001", "the service lists T-0001")
