@@ -644,7 +644,7 @@ md('''
 ''')
 
 md('''
-**Next:** the lab ends here. Back to 00_setup_check's map, or to `make soak` for the long hostile checks.
+**Next:** the lab ends here. Back to [00_setup_check](00_setup_check.ipynb)'s map, or to `make soak` for the long hostile checks.
 ''')
 
 md('''
