@@ -15,7 +15,9 @@ idle, and checks what a learner would see:
 A screenshot of each whole notebook goes to build/screenshots/<notebook>.png, and one of each
 diagram beside it. The last test builds the reading copy with its one command
 (scripts/build_html.py), opens its index.html from the file system with every request beyond this
-machine refused, follows the link to each lesson and checks that its diagrams are drawn there too.
+machine refused, searches from its search box, then follows the first lesson's link and each
+page's "next" link through every lesson in order, checking each page's navigation (previous, index,
+next, and its "Next:" line as a link) and that its diagrams are drawn there too.
 """
 
 from __future__ import annotations
@@ -268,6 +270,17 @@ READING_JS = """
 """
 
 
+NAV_JS = """
+() => ({
+  index: [...document.querySelectorAll('nav.reading-nav a.index')].map(a => a.getAttribute('href')),
+  prev: [...document.querySelectorAll('nav.reading-nav a[rel=prev]')].map(a => a.getAttribute('href')),
+  next: [...document.querySelectorAll('nav.reading-nav a[rel=next]')].map(a => a.getAttribute('href')),
+  nextLine: (() => { const s = [...document.querySelectorAll('strong')].find(e => e.textContent.trim() === 'Next:');
+                     const a = s && s.nextElementSibling; return a && a.tagName === 'A' ? a.getAttribute('href') : null; })(),
+})
+"""
+
+
 def test_reading_copy_offline(offline_context) -> None:
     context, guard = offline_context
     started = time.perf_counter()
@@ -294,14 +307,29 @@ def test_reading_copy_offline(offline_context) -> None:
     page.screenshot(path=str(SCREENSHOTS / "reading-copy.index.png"), full_page=True)
 
     problems: list[str] = []
+    # The search box: a word typed lists sections; the first result opens its lesson at that heading.
+    page.locator("#search").fill("fencing token")
+    page.wait_for_function("() => document.querySelectorAll('#search-results li a').length > 0", timeout=10_000)
+    hits = page.locator("#search-results li a")
+    first_hit = hits.first.get_attribute("href") or ""
+    if not re.fullmatch(r"\d\d_\w+\.html#.+", first_hit):
+        problems.append(f"search: the first result for 'fencing token' is {first_hit!r}, not a lesson's section")
+    page.screenshot(path=str(SCREENSHOTS / "reading-copy.search.png"))
+    hits.first.click()
+    page.wait_for_url(f"**/{first_hit.split('#')[0]}*")
+    anchor = first_hit.split("#", 1)[1]
+    if not page.evaluate("(a) => { const e = document.getElementById(decodeURIComponent(a)) || "
+                         "document.getElementById(a); return !!e && e.getBoundingClientRect().top < innerHeight; }", anchor):
+        problems.append(f"search: {first_hit} did not open at its heading")
+
+    # From the index, the first lesson; then "next" (the bar at the top) through every lesson, in order.
+    page.goto((out / "index.html").as_uri())
+    page.locator("ol.lessons li a").first.click()
     for number, lesson in enumerate(LESSONS):
-        page.goto((out / "index.html").as_uri())
-        page.locator("ol.lessons li a").nth(number).click()
         page.wait_for_url(f"**/{lesson.stem}.html")
         expected = sum(mermaid_blocks(_notebook(lesson)))
-        page.wait_for_function("(n) => document.querySelectorAll('.jp-RenderedMermaid').length >= n", arg=expected,
-                               timeout=30_000)
-        page.wait_for_timeout(200)
+        # Wait for what the page shows: every diagram settled (drawn, or mermaid's error box), never a fixed time.
+        page.wait_for_function(DIAGRAMS_SETTLED_JS, arg=expected, timeout=30_000)
         seen = page.evaluate(READING_JS)
         if seen["blocks"] != expected or seen["drawn"] != expected or seen["warnings"]:
             problems.append(f"{lesson.stem}.html: {expected} mermaid blocks, {seen['blocks']} on the page, "
@@ -309,9 +337,20 @@ def test_reading_copy_offline(offline_context) -> None:
         if seen["sources"] != mermaid_sources(_notebook(lesson)):
             problems.append(f"{lesson.stem}.html: the diagrams' source as mermaid reads it differs from the notebook's "
                             f"```mermaid blocks: {seen['sources']}")
+        nav = page.evaluate(NAV_JS)
+        wanted_prev = f"{LESSONS[number - 1].stem}.html" if number else None
+        wanted_next = f"{LESSONS[number + 1].stem}.html" if number + 1 < len(LESSONS) else None
+        if nav != {"index": ["index.html"] * 2, "prev": [wanted_prev] * 2 if wanted_prev else [],
+                   "next": [wanted_next] * 2 if wanted_next else [], "nextLine": wanted_next}:
+            problems.append(f"{lesson.stem}.html: navigation {nav}; wanted previous {wanted_prev}, next {wanted_next}")
+        page.screenshot(path=str(SCREENSHOTS / f"reading-copy.{lesson.stem}.png"))
         drawn = page.locator(".jp-RenderedMermaid")
         for k in range(drawn.count()):
             drawn.nth(k).screenshot(path=str(SCREENSHOTS / f"reading-copy.{lesson.stem}.diagram-{k + 1}.png"))
+        if wanted_next:
+            page.locator("nav.reading-nav.top a.next").click()
+    page.locator("nav.reading-nav.bottom a.index").click()
+    page.wait_for_url("**/index.html")
     page.close()
     if guard.refused:
         problems.append(f"the reading copy asked for something beyond this machine: {sorted(set(guard.refused))}")
