@@ -32,6 +32,11 @@ from pathlib import Path
 import pytest
 from browserlab import NOTEBOOKS, RESULTS, ROOT, SCREENSHOTS, JupyterLab, unavailable
 
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+except ImportError:  # without Playwright the browser fixture skips (or, in CI, fails) with the reason
+    PlaywrightTimeout = TimeoutError  # type: ignore[misc, assignment]
+
 LESSONS = sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))
 RUN_TIMEOUT_S = 300
 MERMAID_FENCE = re.compile(r"^\s*```mermaid\s*$", re.M)
@@ -132,6 +137,18 @@ DIAGRAMS_SETTLED_JS = """
 """
 
 
+# The notebook's tab, found by its label, carries no "unsaved changes" mark (and has a label at all).
+SAVED_JS = """
+(name) => {
+  const tabs = [...document.querySelectorAll('.lm-DockPanel-tabBar .lm-TabBar-tab')]
+    .filter(t => (t.querySelector('.lm-TabBar-tabLabel') || {}).textContent === name);
+  return tabs.length === 1 && !tabs[0].classList.contains('jp-mod-dirty');
+}
+"""
+SAVE_ATTEMPTS = 3
+SAVE_TIMEOUT_MS = 60_000
+
+
 def _menu(page, menu: str, command: str) -> None:
     """Open a menu of JupyterLab's menu bar and click the item that runs the given command."""
     page.locator(".lm-MenuBar-item", has_text=re.compile(rf"^{menu}$")).click()
@@ -149,7 +166,8 @@ def _whole_notebook_screenshot(page, path: Path) -> None:
     page.evaluate("""() => { const s = document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer') ||
                                      document.querySelector('.jp-NotebookPanel-notebook');
                              s.scrollTop = 0; }""")
-    page.wait_for_timeout(500)
+    # Two animation frames: the page has laid itself out at the new size and painted it.
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
     page.screenshot(path=str(path))
 
 
@@ -210,18 +228,24 @@ def test_notebook_runs_in_jupyterlab(lesson: Path, jupyterlab: JupyterLab, offli
                 problems.append(f"cell {index}: diagram {number} is not drawn as an SVG picture: {diagram['text']!r}")
 
     # Save from the File menu and read what JupyterLab wrote: which outputs are errors, and their names.
-    _menu(page, "File", "docmanager:save")
+    # Wait for what the page shows, not for a time: the notebook's tab loses its "unsaved changes" mark
+    # (jp-mod-dirty) once the server has written the file. Under load a click can land while the menu
+    # is still opening; then the tab stays marked, and Save is chosen again.
     saved_path = jupyterlab.root / lesson.name
     shown_counts = [int(p[1:-2]) if re.fullmatch(r"\[\d+\]:", p) else None for p in counts]
-    deadline = time.monotonic() + 30
-    while True:
-        saved = _notebook(saved_path)
-        if [c.get("execution_count") for c in saved["cells"] if c["cell_type"] == "code"] == shown_counts:
+    if page.evaluate(SAVED_JS, lesson.name):  # else a finished save could not be told from none
+        problems.append(f"after Run All the tab of {lesson.name} shows no unsaved changes (jp-mod-dirty)")
+    for attempt in range(1, SAVE_ATTEMPTS + 1):
+        _menu(page, "File", "docmanager:save")
+        try:
+            page.wait_for_function(SAVED_JS, arg=lesson.name, timeout=SAVE_TIMEOUT_MS)
             break
-        if time.monotonic() > deadline:
-            problems.append("the notebook JupyterLab saved does not hold the execution counts the page shows")
-            break
-        time.sleep(0.25)
+        except PlaywrightTimeout:
+            if attempt == SAVE_ATTEMPTS:
+                problems.append(f"after {SAVE_ATTEMPTS} saves the tab of {lesson.name} still shows unsaved changes")
+    saved = _notebook(saved_path)
+    if [c.get("execution_count") for c in saved["cells"] if c["cell_type"] == "code"] != shown_counts:
+        problems.append("the notebook JupyterLab saved does not hold the execution counts the page shows")
     names_now, names_committed = error_names(saved), error_names(committed)
     for index in sorted(set(names_now) | set(names_committed)):
         if index not in tagged and names_now.get(index):
