@@ -27,7 +27,8 @@ style sheet keeps only rules that style (:func:`clean_sheet`).
 Every lesson's page has a bar at its top and bottom: the previous lesson, the index, the next
 lesson (``rel="prev"``/``rel="next"``). A lesson's closing "**Next:** 06_single_receipt" becomes a link
 to that page; a notebook whose "Next:" is already a Markdown link to ``06_single_receipt.ipynb`` keeps
-it, pointed at ``06_single_receipt.html`` (as every link to a lesson's .ipynb is). The index has a
+it, pointed at ``06_single_receipt.html`` (as every link to a lesson's .ipynb is); so do the lesson
+names after "Prerequisites:" in each header line, on the page and in the index. The index has a
 search box: ``search-index.js`` holds each page's h1-h3 sections (heading, anchor, the first
 :data:`SEARCH_TEXT_CHARS` characters of text; about 350 kB for the 15 lessons) and ``search.js``
 (about 50 lines, no library, no network) lists the sections holding every word typed, headings first.
@@ -290,6 +291,18 @@ def _link_next(body: str, stems: set[str]) -> str:
     return re.sub(r"(Next:(?:</strong>|</b>)?\s*)(\d\d_[A-Za-z0-9_]+)\b", swap, body)
 
 
+def _link_prerequisites(text: str, stems: set[str]) -> str:
+    """The lesson names after "Prerequisites:" (up to the paragraph's end) become links to their pages,
+    unless that list already holds a link (a notebook that writes them as Markdown links)."""
+    def names(match: re.Match) -> str:
+        if "<a " in match[2]:
+            return match[0]
+        linked = re.sub(r"\b(\d\d_[A-Za-z0-9_]+)\b",
+                        lambda name: f'<a href="{name[1]}.html">{name[1]}</a>' if name[1] in stems else name[0], match[2])
+        return match[1] + linked
+    return re.sub(r"(Prerequisites:)(.*?)(?=</p>|<br|</span>|$)", names, text, flags=re.S | re.M)
+
+
 NAV_STYLE = """<style>
 nav.reading-nav { display: flex; gap: 1rem; justify-content: space-between; align-items: baseline;
   font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; font-size: 0.95rem;
@@ -430,7 +443,7 @@ body {{ font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; m
        margin: 2rem auto; padding: 0 1rem; line-height: 1.5; color: #1b1b1b; }}
 ol.lessons {{ padding-left: 0; list-style: none; }}
 ol.lessons li {{ margin: 0 0 1.1rem; }}
-ol.lessons a {{ font-size: 1.15rem; font-weight: 600; }}
+ol.lessons a.lesson {{ font-size: 1.15rem; font-weight: 600; }}
 .header {{ color: #444; font-size: 0.95rem; }}
 code {{ font-size: 0.9em; background: #f3f3f3; padding: 0 0.2em; }}
 footer {{ margin-top: 2rem; color: #555; font-size: 0.85rem; }}
@@ -579,7 +592,7 @@ def build(out: Path, notebooks: Path = NOTEBOOKS) -> list[Path]:
             },
         )
         page = out / f"{path.stem}.html"
-        body = _link_next(_link_lessons(_escape_mermaid_sources(body), stems), stems)
+        body = _link_prerequisites(_link_next(_link_lessons(_escape_mermaid_sources(body), stems), stems), stems)
         previous = titles[number - 1] if number > 0 else None
         following = titles[number + 1] if number + 1 < len(titles) else None
         write_new(page, add_navigation(body, previous, following))
@@ -590,8 +603,9 @@ def build(out: Path, notebooks: Path = NOTEBOOKS) -> list[Path]:
         print(f"{page.relative_to(ROOT) if ROOT in page.parents else page}: {title} "
               f"({diagrams_here} diagram{'s' * (diagrams_here != 1)})")
         items.append(
-            f'<li><a href="{html.escape(page.name)}">{html.escape(title)}</a>'
-            f'<br><span class="header">{clean_html(_inline_markdown(header)) if header else ""}</span></li>'
+            f'<li><a class="lesson" href="{html.escape(page.name)}">{html.escape(title)}</a>'
+            f'<br><span class="header">{_link_prerequisites(clean_html(_inline_markdown(header)), stems) if header else ""}'
+            '</span></li>'
         )
 
     write_new(

@@ -323,7 +323,7 @@ def test_reading_copy_offline(offline_context) -> None:
     page_errors: list[str] = []
     page.on("pageerror", lambda error: page_errors.append(str(error)))
     page.goto((out / "index.html").as_uri())
-    links = page.locator("ol.lessons li a")
+    links = page.locator("ol.lessons li a.lesson")
     listed = [links.nth(i).get_attribute("href") for i in range(links.count())]
     assert listed == [f"{p.stem}.html" for p in LESSONS], "index.html does not list every lesson, in order"
     headers = page.locator("ol.lessons li .header").all_inner_texts()
@@ -348,7 +348,7 @@ def test_reading_copy_offline(offline_context) -> None:
 
     # From the index, the first lesson; then "next" (the bar at the top) through every lesson, in order.
     page.goto((out / "index.html").as_uri())
-    page.locator("ol.lessons li a").first.click()
+    page.locator("ol.lessons li a.lesson").first.click()
     for number, lesson in enumerate(LESSONS):
         page.wait_for_url(f"**/{lesson.stem}.html")
         expected = sum(mermaid_blocks(_notebook(lesson)))
