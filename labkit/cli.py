@@ -204,7 +204,7 @@ def _parser(words: list[str] | None = None) -> argparse.ArgumentParser:
         help="every crash point and every pair of them, each in a fresh database, checked against every invariant (exit 1 if one broke)",
     )
     exp.add_argument("--db-dir", required=True, action=_Once, metavar="PATH", help="a new or empty folder: one sub-folder per scenario")
-    exp.add_argument("--random", type=_whole, action=_Once, metavar="N", help="also N kills after a random delay (default 0)")
+    exp.add_argument("--random", type=_whole, action=_Once, metavar="N", help="also N kills at random moments of the run (default 0)")
     exp.add_argument("--seed", type=_whole, action=_Once, metavar="S", help="the random kills' seed (default 0)")
     exp.add_argument("--bug", metavar="NAME", action=_Once, help="explore a deliberately broken coordinator: " + ", ".join(CRASH_BUGS))
     exp.add_argument("--engine", metavar="NAME", action=_Once,

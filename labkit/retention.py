@@ -12,8 +12,9 @@ re-evaluation still has the summary it reads (:func:`labkit.versioning.reevaluat
 Keeping them in the same database costs this: removing rows frees pages inside the file
 rather than returning them to the file system. :func:`retain` runs ``VACUUM`` afterwards and
 reports the size before and after: VACUUM rewrites the file, so a removed diagnostic's bytes
-are nowhere in it afterwards. ``secure_delete`` is on while it removes, so the pages it frees
-are overwritten even if the process dies before VACUUM runs.
+are nowhere in it afterwards. ``secure_delete`` is on while it removes, so the commit itself
+zeroes the space it frees: a process that dies before VACUUM runs leaves no removed byte in the
+file once the write-ahead log is next checkpointed (11_capacity_and_retention shows that crash).
 
 Taught in 11_capacity_and_retention.
 """

@@ -31,6 +31,7 @@ nbval, or its unit tests; the table is also written to ``build/mutants.json``.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import importlib.util
 import json
 import os
@@ -134,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-unit", action="store_true", help="skip the unit tests each bug names")
     parser.add_argument("--no-baseline", action="store_true", help="skip running each lesson unbroken first")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for one pytest run")
+    parser.add_argument("--jobs", type=int, default=1, help="bugs run at once, each in its own copy (one per core)")
     args = parser.parse_args(argv)
 
     mutants = load_mutants(args.lesson)
@@ -158,28 +160,31 @@ def main(argv: list[str] | None = None) -> int:
                 if not passed:
                     print(f"  {tail}")
                     return 1
-        for mutant in mutants:
-            for attempt in range(1, args.repeat + 1):
-                work = Path(scratch) / f"{mutant['name']}-{attempt}"
-                shutil.copytree(clean, work / "lab")
-                copy = work / "lab"
-                apply(mutant, copy)
-                nb_passed, nb_seconds, nb_tail = run_pytest(copy, [notebook_of(mutant["lesson"])], args.timeout)
-                unit = None
-                if mutant["unit_tests"] and not args.no_unit:
-                    unit_passed, _, _ = run_pytest(copy, list(mutant["unit_tests"]), args.timeout)
-                    unit = not unit_passed
-                shutil.rmtree(work, ignore_errors=True)
-                row = {"lesson": mutant["lesson"], "name": mutant["name"], "attempt": attempt, "nbval_caught": not nb_passed,
-                       "unit_caught": unit, "seconds": round(nb_seconds, 1), "equivalent": mutant.get("equivalent", ""),
-                       "issue26": bool(mutant.get("issue26"))}
+        def run_one(mutant: dict, attempt: int) -> dict:
+            work = Path(scratch) / f"{mutant['name']}-{attempt}"
+            shutil.copytree(clean, work / "lab")
+            copy = work / "lab"
+            apply(mutant, copy)
+            nb_passed, nb_seconds, _ = run_pytest(copy, [notebook_of(mutant["lesson"])], args.timeout)
+            unit = None
+            if mutant["unit_tests"] and not args.no_unit:
+                unit_passed, _, _ = run_pytest(copy, list(mutant["unit_tests"]), args.timeout)
+                unit = not unit_passed
+            shutil.rmtree(work, ignore_errors=True)
+            return {"lesson": mutant["lesson"], "name": mutant["name"], "attempt": attempt, "nbval_caught": not nb_passed,
+                    "unit_caught": unit, "seconds": round(nb_seconds, 1), "equivalent": mutant.get("equivalent", ""),
+                    "issue26": bool(mutant.get("issue26"))}
+
+        work_list = [(mutant, attempt) for mutant in mutants for attempt in range(1, args.repeat + 1)]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+            for row in pool.map(lambda item: run_one(*item), work_list):
                 results.append(row)
-                missed = (nb_passed or unit is False) and not mutant.get("equivalent")
+                missed = (not row["nbval_caught"] or row["unit_caught"] is False) and not row["equivalent"]
                 failures += missed
-                mark = "equivalent" if mutant.get("equivalent") else ("MISSED" if missed else "caught")
-                unit_text = "-" if unit is None else ("caught" if unit else "MISSED")
-                print(f"{mutant['lesson']}  {mutant['name']:<48} nbval {'caught' if not nb_passed else 'MISSED':<6}  "
-                      f"unit {unit_text:<6}  {nb_seconds:5.0f} s  {mark}", flush=True)
+                mark = "equivalent" if row["equivalent"] else ("MISSED" if missed else "caught")
+                unit_text = "-" if row["unit_caught"] is None else ("caught" if row["unit_caught"] else "MISSED")
+                print(f"{row['lesson']}  {row['name']:<48} nbval {'caught' if row['nbval_caught'] else 'MISSED':<6}  "
+                      f"unit {unit_text:<6}  {row['seconds']:5.0f} s  {mark}", flush=True)
     (ROOT / "build").mkdir(exist_ok=True)
     (ROOT / "build" / "mutants.json").write_text(json.dumps(results, indent=1), encoding="utf-8")
     by_lesson: dict[str, list[int]] = {}

@@ -8,7 +8,8 @@ What is counted, per lesson and per section (a ``## `` heading; "(optional)" in 
 marks it optional, every other section is core):
 
 - prose: the words of every Markdown cell, without code blocks, diagrams or folded solutions;
-- code: the non-blank lines of every code cell except the learner's answer cells;
+- code: the characters of every code cell except the learner's answer cells, each run of
+  spaces counted as one, so that splitting a long line in two does not make it slower to read;
 - an exercise (``### Exercise`` heading): the words of its prompt and the lines of its solution.
 
 Minutes follow from those counts at fixed rates, chosen for a careful first reading of
@@ -16,13 +17,18 @@ technical material and written down here so that anyone can check or change them
 
 - prose at 130 words a minute (between Carver's "learning" and "memorising" reading rates,
   138 to 200 words a minute, slowed a little for diagrams and tables);
-- code at 8 lines a minute (read, run, and look at the output);
+- code at 400 characters a minute: 8 lines of 50 characters (read it, run it);
+- what the cells print: the words of every code cell's text output (printed lines, tables as
+  text, a refusal's message) at 200 words a minute: a table or a log is scanned for the
+  row that matters, faster than prose is read, but it is read (a lesson's claim is in it);
 - an exercise: its prompt at the prose rate, 1.5 minutes per line of its solution (write,
-  run, read the feedback, fix), and 3 minutes to understand the task and run the check.
+  run, read the feedback, fix), and 3 minutes to understand the task and run the check;
+- waiting: the seconds the lesson's cells take to run (Run All on an idle two-core machine,
+  kept in ``docs/run-times.json`` and written by ``scripts/run_notebooks.py --record-times``).
 
-The cells themselves run in seconds (``make notebooks`` prints each lesson's time), so
-execution is not counted. These are figures measured from the text, not timings of
-learners: the lab had none to time; the README says so.
+These are figures measured from the text and the runs, not timings of learners. A careful
+tester who worked through lessons 07 to 14 needed more than the text alone predicted, and
+most of the gap was the outputs, which the first version of this script did not count.
 """
 
 from __future__ import annotations
@@ -36,7 +42,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROSE_WPM = 130
-CODE_LINES_PER_MINUTE = 8
+OUTPUT_WPM = 200
+RUN_TIMES = ROOT / "docs" / "run-times.json"
+CODE_CHARACTERS_PER_MINUTE = 400
 MINUTES_PER_SOLUTION_LINE = 1.5
 MINUTES_PER_EXERCISE = 3
 HEADER = re.compile(r"^Reading \d+ min.*?· Exercises [^·]*·", re.MULTILINE)
@@ -51,12 +59,13 @@ class Section:
     title: str
     optional: bool
     words: int = 0
-    code_lines: int = 0
+    code_characters: int = 0
+    output_words: int = 0
     exercises: list[tuple[str, bool, int, int]] = field(default_factory=list)  # (number, optional, words, solution lines)
 
     @property
     def reading(self) -> float:
-        return self.words / PROSE_WPM + self.code_lines / CODE_LINES_PER_MINUTE
+        return self.words / PROSE_WPM + self.code_characters / CODE_CHARACTERS_PER_MINUTE + self.output_words / OUTPUT_WPM
 
     def exercise_minutes(self, core_only: bool) -> float:
         return sum(
@@ -75,6 +84,19 @@ def _words(markdown: str) -> int:
     # what was written last, and a lesson near a minute's boundary flipped on every --write.
     text = HEADER_LINE.sub(" ", markdown)
     return len(WORD.findall(FENCE.sub(" ", DETAILS.sub(" ", text))))
+
+
+def _output_words(cell: dict) -> int:
+    """Words a learner reads in a code cell's outputs: printed text, text tables, a refusal's message."""
+    text = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            text.append(_text(output.get("text", "")))
+        elif output.get("output_type") in ("display_data", "execute_result"):
+            text.append(_text(output.get("data", {}).get("text/plain", "")))
+        elif output.get("output_type") == "error":
+            text.append(str(output.get("evalue", "")))
+    return len(WORD.findall(" ".join(text)))
 
 
 def sections(path: Path) -> list[Section]:
@@ -104,8 +126,16 @@ def sections(path: Path) -> list[Section]:
                 current.exercises.append((exercise[0], exercise[1], exercise_words, lines))
                 exercise = None
                 continue
-            current.code_lines += len([line for line in source.splitlines() if line.strip()])
+            current.code_characters += sum(len(" ".join(line.split())) for line in source.splitlines())
+            current.output_words += _output_words(cell)
     return found
+
+
+def waiting_minutes(path: Path) -> float:
+    """Minutes the lesson's cells take to run, as recorded; 0 for a lesson not recorded yet."""
+    if not RUN_TIMES.exists():
+        return 0.0
+    return json.loads(RUN_TIMES.read_text(encoding="utf-8")).get(path.stem, 0.0) / 60
 
 
 def minutes(value: float) -> int:
@@ -116,9 +146,10 @@ def minutes(value: float) -> int:
 
 def lesson_times(path: Path) -> dict[str, int]:
     found = sections(path)
+    waiting = waiting_minutes(path)  # counted with the core reading: the core cells are most of it
     return {
-        "reading": minutes(sum(s.reading for s in found)),
-        "reading_core": minutes(sum(s.reading for s in found if not s.optional)),
+        "reading": minutes(sum(s.reading for s in found) + waiting),
+        "reading_core": minutes(sum(s.reading for s in found if not s.optional) + waiting),
         "exercises": minutes(sum(s.exercise_minutes(core_only=False) for s in found)),
         "exercises_core": minutes(sum(s.exercise_minutes(core_only=True) for s in found)),
     }

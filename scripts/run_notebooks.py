@@ -1,6 +1,11 @@
 """Re-execute notebooks in place, the one way the lab's committed outputs are produced.
 
     python scripts/run_notebooks.py [NOTEBOOK ...]     (default: every notebooks/*.ipynb)
+    python scripts/run_notebooks.py --record-times [NOTEBOOK ...]
+
+``--record-times`` also writes each notebook's Run All seconds into ``docs/run-times.json``,
+which ``scripts/lesson_times.py`` counts as the learner's waiting: record them on an idle
+machine (``uptime`` below 0.5), and say which in the commit.
 
 Each notebook is cleared, its kernelspec set to ``python3``, and executed top to bottom by
 nbclient in its own folder (as nbval and JupyterLab run it), without timing metadata, so
@@ -10,6 +15,7 @@ it carries the ``raises-exception`` tag; any other error stops the run and nothi
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -62,13 +68,21 @@ def _strip_machine_paths(notebook) -> None:
                 output["traceback"] = lines
 
 
+RUN_TIMES = ROOT / "docs" / "run-times.json"
+
+
 def main(args: list[str]) -> int:
-    paths = [Path(a).resolve() for a in args] or sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
+    record = "--record-times" in args
+    paths = [Path(a).resolve() for a in args if a != "--record-times"] or sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
     total = 0.0
+    recorded = json.loads(RUN_TIMES.read_text(encoding="utf-8")) if RUN_TIMES.exists() else {}
     for path in paths:
         elapsed = execute(path)
         total += elapsed
         print(f"{path.relative_to(ROOT)}: executed in {elapsed:.1f} s")
+        if record:
+            recorded[path.stem] = round(elapsed, 1)
+            RUN_TIMES.write_text(json.dumps(dict(sorted(recorded.items())), indent=1) + "\n", encoding="utf-8")
     print(f"{len(paths)} notebooks in {total:.1f} s")
     return 0
 

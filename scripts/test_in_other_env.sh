@@ -3,7 +3,8 @@
 #
 #     scripts/test_in_other_env.sh [PYTEST ARGS ...]
 #
-# Makes a fresh venv under $TMPDIR (default /tmp), installs requirements.txt into it from the
+# Makes a fresh venv under $TMPDIR (default /tmp), installs requirements-dev.txt (the learner's
+# requirements.txt and the developers' tools the tests use) into it from the
 # repository root, as a learner does in a conda environment, a JupyterHub image or on Binder, and
 # runs `python -m pytest` from the repository root with that interpreter: unit tests, the crash
 # suite and strict nbval over every notebook, 00_setup_check included. It shows that nothing in the
@@ -30,8 +31,8 @@ trap cleanup EXIT
 venv=$work/venv
 start=$(date +%s)
 "$python" -m venv "$venv"
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements.txt
-echo "installed requirements.txt into a venv outside the repository in $(( $(date +%s) - start )) s"
+"$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+echo "installed requirements-dev.txt into a venv outside the repository in $(( $(date +%s) - start )) s"
 "$venv/bin/python" -c 'import sys; print("interpreter:", sys.executable)'
 
 start=$(date +%s)

@@ -155,7 +155,8 @@ class IncidentApp:
 
     def __init__(self, folder: str | Path, *, crash: CrashPlan = NO_CRASH, app_version: str = DEFAULT_APP_VERSION,
                  executor_id: str = "local", system_url: str | None = None,
-                 write_evidence: Callable[[Coordinator, str, Reading], str] = write_evidence_once):
+                 write_evidence: Callable[[Coordinator, str, Reading], str] = write_evidence_once,
+                 provider: ReferenceProvider | None = None):
         from dbos import DBOS, SetWorkflowID  # an optional heavy dependency, loaded when a DBOS app is made
 
         self.paths = Paths.of(folder, system_url)
@@ -163,7 +164,7 @@ class IncidentApp:
         self.app_version = app_version
         self.executor_id = executor_id
         self.write_evidence = write_evidence
-        self.provider = ReferenceProvider(self.paths.call_log)
+        self.provider = provider if provider is not None else ReferenceProvider(self.paths.call_log)
         self._set_id = SetWorkflowID
         self._dbos = DBOS
         with closing(connect(self.paths.db)):  # labkit's schema, made or checked before DBOS starts
@@ -292,7 +293,10 @@ def _register(DBOS: Any, app: IncidentApp) -> Any:
 
 
 def workflows_of(folder: str | Path, system_url: str | None = None) -> list[dict[str, Any]]:
-    """Every workflow DBOS recorded: id, status, application version, executor, and its recorded steps.
+    """Every workflow DBOS recorded: id, status, application version, executor, its recorded steps.
+
+    ``steps`` names them; ``outcomes`` says, for each, whether DBOS recorded an output or an
+    error (``"read_diagnostic: error EvidenceRejected"``).
 
     Read with plain SQL from DBOS's ``workflow_status`` and ``operation_outputs`` tables, as an
     operator would look; for a SQLite system database only.
@@ -304,12 +308,32 @@ def workflows_of(folder: str | Path, system_url: str | None = None) -> list[dict
     with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
         rows = conn.execute("SELECT workflow_uuid, status, application_version, executor_id, recovery_attempts"
                             " FROM workflow_status ORDER BY workflow_uuid").fetchall()
-        steps = conn.execute("SELECT workflow_uuid, function_name FROM operation_outputs ORDER BY workflow_uuid, function_id").fetchall()
+        steps = conn.execute("SELECT workflow_uuid, function_name, error FROM operation_outputs"
+                             " ORDER BY workflow_uuid, function_id").fetchall()
     recorded: dict[str, list[str]] = {}
-    for workflow_id, name in steps:
+    outcomes: dict[str, list[str]] = {}
+    for workflow_id, name, error in steps:
         recorded.setdefault(workflow_id, []).append(name)
+        outcomes.setdefault(workflow_id, []).append(f"{name}: " + ("output" if error is None else _error_named(error)))
     return [{"workflow_id": r[0], "status": r[1], "app_version": r[2], "executor_id": r[3], "attempts": r[4],
-             "steps": recorded.get(r[0], [])} for r in rows]
+             "steps": recorded.get(r[0], []), "outcomes": outcomes.get(r[0], [])} for r in rows]
+
+
+def _error_named(recorded: str) -> str:
+    """"error NAME" for a step's recorded error (DBOS pickles it), named without unpickling it.
+
+    The class's name is read from the pickle's opcodes (the first string that looks like
+    one), so a record is shown without running anything it holds.
+    """
+    import base64
+    import pickletools
+
+    try:
+        texts = [arg for _op, arg, _pos in pickletools.genops(base64.b64decode(recorded)) if isinstance(arg, str)]
+    except Exception:  # noqa: BLE001 - another serialization: say only that it is an error
+        return "error"
+    names = [text for text in texts if text.isidentifier() and text[:1].isupper()]
+    return f"error {names[0]}" if names else "error"
 
 
 @dataclass(frozen=True)

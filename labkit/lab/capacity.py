@@ -1023,3 +1023,73 @@ __all__ = [
     "check_model", "empty_database_pages", "labkit_profile", "predict", "predict_by_day", "profile_of", "record_bytes",
     "seed_figures", "simulate", "size_by_day", "size_table", "varint_bytes", "writer_contention",
 ]
+
+
+# --------------------------------------------------------------------------- what retention leaves (lesson 11)
+
+
+def beyond_the_summary(db: str | Path, incident: str) -> str:
+    """What someone settling or investigating ``incident`` can still read beyond its evidence summary, in one line.
+
+    The raw diagnostic's top-level fields that the summary does not hold, read through the
+    reference and checked against its digest; or, once retention removed it, that only the
+    summary is left.
+    """
+    from ..retention import KEPT, diagnostic_of
+
+    found = diagnostic_of(db, incident)
+    if found.state != KEPT or found.text is None:
+        by = f" by retention {found.removed_by}" if found.removed_by is not None else ""
+        return f"{found.state}{by}: only the summary is left"
+    with closing(sqlite3.connect(f"file:{Path(db)}?mode=ro", uri=True)) as conn:
+        summary = json.loads(conn.execute("SELECT body FROM evidence WHERE incident = ?", (incident,)).fetchone()[0])
+    only_raw = sorted(set(json.loads(found.text)) - set(summary))
+    return f"the raw diagnostic, digest checked: {', '.join(only_raw)}"
+
+
+def a_marker_of(db: str | Path, incident: str, size: int = 40) -> bytes:
+    """``size`` bytes of ``incident``'s raw diagnostic that occur once in the database's files: what to search for."""
+    from ..retention import diagnostic_of
+
+    text = diagnostic_of(db, incident).text
+    if text is None:
+        raise ValueError(f"{incident} has no raw diagnostic kept")
+    files = b"".join(path.read_bytes() for path in database_files(db))
+    for start in range(0, max(1, len(text) - size)):
+        piece = text[start:start + size].encode("utf-8")
+        if files.count(piece) == 1:
+            return piece
+    raise ValueError(f"no piece of {incident}'s raw diagnostic is unique in the file")
+
+
+def database_files(db: str | Path) -> list[Path]:
+    """The database file and its write-ahead log and shared memory, those that exist."""
+    path = Path(db)
+    return [candidate for candidate in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
+            if candidate.exists()]
+
+
+def bytes_found(db: str | Path, marker: bytes) -> int:
+    """How many times ``marker`` occurs in the raw bytes of the database's files (free pages and the log included)."""
+    return sum(path.read_bytes().count(marker) for path in database_files(db))
+
+
+def size_figure(table: Sequence[dict[str, object]]):
+    """:func:`size_table` as a matplotlib line plot: measured (solid) and predicted (dashed), inline and kept apart."""
+    import matplotlib.pyplot as plt  # an optional heavy dependency: loaded only when a picture is asked for
+
+    days = [float(str(row["day"])) for row in table]
+    figure, axes = plt.subplots(figsize=(8, 4.2))
+    for column in [name for name in table[0] if name != "day"]:
+        style = "--" if "predicted" in column else "-"
+        colour = "#b91c1c" if column.startswith("raw inline") else "#1d4ed8"
+        axes.plot(days, [float(str(row[column])) for row in table], style, color=colour, label=column.replace(" MB", ""))
+    axes.set_xlabel("day")
+    axes.set_ylabel("database size (MB)")
+    axes.set_xlim(0, max(days))
+    axes.set_ylim(0, None)
+    axes.grid(alpha=0.3)
+    axes.legend(fontsize=8)
+    axes.set_title("a year of 100 incidents a day: measured and predicted", fontsize=10)
+    figure.tight_layout()
+    return figure

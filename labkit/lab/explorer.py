@@ -76,6 +76,12 @@ INVARIANTS = tuple(sorted(STATEMENTS))
 T = TypeVar("T")
 
 _MARK = {True: "✓", False: "✗", None: "·"}
+#: Each invariant in a few words, for the heat map's labels (the full statements: labkit.invariants.STATEMENTS).
+SHORT_STATEMENTS = {
+    1: "completed", 2: "one receipt", 3: "evidence kept", 4: "step only climbs", 5: "reads as predicted",
+    6: "integrity ok", 7: "recover again: no change", 8: "one ticket per op", 9: "effects settled",
+    10: "no stale-lease commit", 11: "reads under a lease",
+}
 #: How far apart the leased flow's workers stand in time: past any lease the one before took.
 LEASE_SECONDS = 30.0
 #: Bounds on the command line's numbers: beyond them a typo, not a plan.
@@ -310,6 +316,15 @@ def _result(scenario: Scenario, ends: tuple[ChildEnd, ...], results: list, db: P
 # --------------------------------------------------------------------------- the whole exploration
 
 
+def _held_over(members: list[ScenarioResult]) -> dict[str, str]:
+    """Per invariant, ``held/judged`` over ``members`` (``·`` where it applies to none): a heat map's row."""
+    row = {}
+    for number in INVARIANTS:
+        judged = [held for r in members if (held := r.invariants[number]) is not None]
+        row[str(number)] = f"{sum(judged)}/{len(judged)}" if judged else "·"
+    return row
+
+
 @dataclass
 class Exploration:
     """Every scenario's result, and the random kills' report if any were asked for."""
@@ -348,13 +363,7 @@ class Exploration:
         for result in self.results:
             first = result.scenario.crash_points[0]
             groups.setdefault(f"{'leased ' if result.scenario.flow == 'work' else ''}{first}", []).append(result)
-        rows = {}
-        for name, members in groups.items():
-            row = {}
-            for number in INVARIANTS:
-                judged = [held for r in members if (held := r.invariants[number]) is not None]
-                row[str(number)] = f"{sum(judged)}/{len(judged)}" if judged else "·"
-            rows[name] = row
+        rows = {name: _held_over(members) for name, members in groups.items()}
         return pd.DataFrame.from_dict(rows, orient="index")
 
     def heatmap_html(self) -> str:
@@ -374,6 +383,62 @@ class Exploration:
             "invariants held, per first crash point (scenarios held / scenarios judged)")
         return styled.to_html()
 
+    def heatmap_figure(self, title: str = ""):
+        """:meth:`summary` as a matplotlib heat map: invariants labelled, green held, red broken, grey not judged.
+
+        A picture for the notebook (nbval does not compare images); its numbers are :meth:`summary`'s.
+        """
+        import matplotlib.pyplot as plt  # an optional heavy dependency: loaded only when a picture is asked for
+        from matplotlib.colors import ListedColormap
+
+        table = self.summary()
+        colours = ListedColormap(["#e5e7eb", "#86efac", "#f87171"])
+        codes = [[0 if cell == "·" else (1 if cell.split("/")[0] == cell.split("/")[1] else 2) for cell in row]
+                 for row in table.to_numpy()]
+        figure, axes = plt.subplots(figsize=(10, 0.34 * len(table) + 2.2))
+        axes.imshow(codes, cmap=colours, vmin=0, vmax=2, aspect="auto")
+        for y, row in enumerate(table.to_numpy()):
+            for x, cell in enumerate(row):
+                if cell != "·":
+                    axes.text(x, y, cell, ha="center", va="center", fontsize=7)
+        axes.set_xticks(range(len(table.columns)))
+        axes.set_xticklabels([f"{n} {SHORT_STATEMENTS[int(n)]}" for n in table.columns], rotation=35, ha="right", fontsize=8)
+        axes.set_yticks(range(len(table)))
+        axes.set_yticklabels(table.index, fontsize=8)
+        axes.set_title(title or "invariants held / judged, per first crash point", fontsize=10)
+        figure.tight_layout()
+        return figure
+
+    def by_flow(self):
+        """The heat map's numbers per flow: for each invariant, scenarios held / judged (``·``: does not apply)."""
+        import pandas as pd  # an optional heavy dependency: loaded only when a frame is asked for
+
+        rows = {}
+        for flow in sorted({r.scenario.flow for r in self.results}, key=["run", "work"].index):
+            members = [r for r in self.results if r.scenario.flow == flow]
+            rows[f"{flow} ({len(members)} scenarios)"] = _held_over(members)
+        return pd.DataFrame.from_dict(rows, orient="index")
+
+    def collapsed(self):
+        """The full table collapsed: one row per distinct outcome (invariants, reads, receipts, tickets), counted.
+
+        Scenarios that ended alike are one row, with how many there are and the first of them,
+        so the rows that differ (an extra read, a broken invariant) stand out.
+        """
+        import pandas as pd  # an optional heavy dependency: loaded only when a frame is asked for
+
+        groups: dict[tuple, list[ScenarioResult]] = {}
+        for result in self.results:
+            broken = sorted(result.broken)
+            held = "all held" if not broken else "broken: " + ", ".join(map(str, broken))
+            tickets = "-" if result.tickets is None else result.tickets
+            key = (result.scenario.flow, held, result.provider_reads, result.receipts, tickets)
+            groups.setdefault(key, []).append(result)
+        rows = [{"flow": flow, "invariants": held, "reads": reads, "receipts": receipts, "tickets": tickets,
+                 "scenarios": len(members), "for example": members[0].name}
+                for (flow, held, reads, receipts, tickets), members in groups.items()]
+        return pd.DataFrame(rows)
+
     def text(self) -> str:
         """The table as text: ✓ held, ✗ broken, · does not apply; then what broke, and the random kills."""
         width = max([len("scenario"), *(len(result.name) for result in self.results)])
@@ -390,17 +455,17 @@ class Exploration:
             lines += [f"  {result.name}: {number} {STATEMENTS[number]}: {detail}" for number, detail in result.broken.items()]
         if self.random is not None:
             kills = self.random
-            lines.append(f"random kills: {kills.trials} trials, seed {kills.seed}, delays drawn from 0-{0.6 * kills.window_ms:.0f} ms, "
-                         f"{len(kills.violations)} with a broken invariant")
-            lines += [f"  trial {t.number} (seed {kills.seed}, run killed after {t.run_delay_ms} ms, recovery after "
-                      f"{t.recovery_delay_ms} ms): " + "; ".join(f"{n} {d}" for n, d in t.broken.items()) for t in kills.violations]
+            lines.append(f"random kills: {kills.trials} trials, seed {kills.seed}, moments drawn inside a run of "
+                         f"{kills.steps:.0f} counts of SQLite work, {len(kills.violations)} with a broken invariant")
+            lines += [f"  trial {t.number} (seed {kills.seed}, run killed at count {t.run_at}, recovery at "
+                      f"{t.recovery_at}): " + "; ".join(f"{n} {d}" for n, d in t.broken.items()) for t in kills.violations]
         return "\n".join(lines)
 
     def as_json(self) -> dict[str, object]:
         return {
             "scenarios": [result.row() for result in self.results],
             # The contract (DESIGN.md) shows an object: no random kills asked for is zero trials, not null.
-            "random": (self.random or RandomKills(trials=0, seed=0, window_ms=0.0, results=[])).as_json(),
+            "random": (self.random or RandomKills(trials=0, seed=0, steps=0, results=[])).as_json(),
             "held": self.held,
         }
 
@@ -569,11 +634,11 @@ def _check_private(folder: Path) -> None:
 
 @dataclass(frozen=True)
 class Trial:
-    """One random kill: the delays that stopped the run and its recovery, and what broke."""
+    """One random kill: the moments (counts of SQLite's work) that stopped the run and its recovery, and what broke."""
 
     number: int
-    run_delay_ms: float
-    recovery_delay_ms: float
+    run_at: float                  # SQLite steps, or milliseconds for a kill by clock (RandomKills.unit)
+    recovery_at: float
     killed: tuple[bool, bool]      # were the run, and the recovery, killed before they ended by themselves?
     step_after_kill: str           # where the run's rows stood after the first kill
     broken: dict[int, str]
@@ -581,7 +646,7 @@ class Trial:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Trial:
         """The trial :func:`dataclasses.asdict` wrote as JSON in an :func:`in_parallel` worker, rebuilt."""
-        return cls(data["number"], data["run_delay_ms"], data["recovery_delay_ms"], tuple(data["killed"]),
+        return cls(data["number"], data["run_at"], data["recovery_at"], tuple(data["killed"]),
                    data["step_after_kill"], {int(number): detail for number, detail in data["broken"].items()})
 
 
@@ -589,30 +654,38 @@ class Trial:
 class RandomKills:
     trials: int
     seed: int
-    window_ms: float               # a clean run's duration here: delays are drawn from [0, this]
+    steps: float                   # a clean run's SQLite work, counted by its progress handler (or its ms, by clock)
     results: list[Trial]
     seconds: float = 0.0
+    run_row_at: int = 0            # the count at the clean run's first commit with a run row
+    unit: str = "steps"            # what run_at and recovery_at count: SQLite's steps, or milliseconds (by_clock)
 
     @property
     def violations(self) -> list[Trial]:
         return [trial for trial in self.results if trial.broken]
 
     def landed(self) -> dict[str, int]:
-        """How many first kills left the run at each step (and how many came too late to kill)."""
+        """How many first kills left the run at each step (and how many came too late to kill), in the steps' order."""
         counts: dict[str, int] = {}
         for trial in self.results:
             where = trial.step_after_kill if trial.killed[0] else "finished before the kill"
             counts[where] = counts.get(where, 0) + 1
-        return counts
+        order = ["no run", *(step.value for step in Step), "finished before the kill"]
+        return {where: counts[where] for where in sorted(counts, key=lambda w: order.index(w) if w in order else len(order))}
+
+    def recoveries_killed(self) -> int:
+        """How many recoveries the second kill stopped (the others ended before their moment came)."""
+        return sum(trial.killed[1] for trial in self.results)
 
     def as_json(self) -> dict[str, object]:
         return {
             "trials": self.trials,
             "seed": self.seed,
-            "window_ms": round(self.window_ms, 1),
+            "steps": int(self.steps),
+            "unit": self.unit,
             "landed": self.landed(),
             "violations": [
-                {"trial": t.number, "seed": self.seed, "run_delay_ms": t.run_delay_ms, "recovery_delay_ms": t.recovery_delay_ms,
+                {"trial": t.number, "seed": self.seed, "run_kill_at": t.run_at, "recovery_kill_at": t.recovery_at,
                  "broken": {str(n): d for n, d in t.broken.items()}}
                 for t in self.violations
             ],
@@ -620,14 +693,94 @@ class RandomKills:
         }
 
 
-def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None = None, workers: int | None = None) -> RandomKills:
-    """Kill a ticketed run after a random delay, then its recovery after another, ``trials`` times.
+#: SQLite calls the counter once every this many virtual-machine instructions (its progress handler).
+KILL_GRAIN = 1
 
-    The delays come from ``random.Random(seed)``: trial n of seed s always draws the same
-    two delays, so a failing trial is named by its seed, its number and its delays. Where a
-    delay lands depends on this machine's speed, so the window is a clean run's duration,
-    measured here first. Invariant 5 cannot be predicted from a point here; it is judged
-    from the rows instead: a killed process that had read while the run stayed at
+
+class _SqliteSteps:
+    """In a forked child: count SQLite's work on every connection labkit opens, and SIGKILL at a chosen count.
+
+    A moment counted in SQLite's own instructions (:meth:`sqlite3.Connection.set_progress_handler`)
+    rather than in milliseconds lands in the same place on a loaded machine as on an idle one:
+    inside a statement, between two statements of a transaction, just after a commit. It also
+    notes the count at the first commit after which a run row exists.
+    """
+
+    def __init__(self, kill_at: int | None) -> None:
+        self.count = 0
+        self.kill_at = kill_at
+        self.paused = False
+        self.run_row_at: int | None = None
+
+    def tick(self) -> int:
+        if not self.paused:
+            self.count += 1
+            if self.kill_at is not None and self.count >= self.kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+        return 0
+
+    def install(self) -> None:
+        """Hook labkit's connections and commits (in this child only: the parent never calls this)."""
+        from contextlib import contextmanager
+
+        from .. import database
+
+        connect_raw, atomic = database._connect, database._atomic
+
+        def counted_connect(target: str, *, uri: bool):
+            conn = connect_raw(target, uri=uri)
+            conn.set_progress_handler(self.tick, KILL_GRAIN)
+            return conn
+
+        @contextmanager
+        def noted_atomic(conn, begin, *, commit):
+            with atomic(conn, begin, commit=commit) as inside:
+                yield inside
+            if self.run_row_at is None and commit:
+                self.paused = True
+                try:
+                    row = conn.execute("SELECT 1 FROM runs LIMIT 1").fetchone()
+                except Exception:  # noqa: BLE001 - no runs table yet
+                    row = None
+                finally:
+                    self.paused = False
+                if row is not None:
+                    self.run_row_at = self.count
+
+        database._connect = counted_connect
+        database._atomic = noted_atomic
+
+
+def _killed_after(steps: int | None, work: Callable[[], object], report: Path | None = None) -> Callable[[], object]:
+    """``work`` for a forked child, SIGKILLed by itself after ``steps`` counts of SQLite work (None: never)."""
+
+    def counted() -> object:
+        counter = _SqliteSteps(steps)
+        counter.install()
+        done = work()
+        if report is not None:
+            report.write_text(json.dumps({"total": counter.count, "run_row_at": counter.run_row_at}), encoding="utf-8")
+        return done
+
+    return counted
+
+
+def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None = None, workers: int | None = None,
+                 by_clock: bool = False) -> RandomKills:
+    """Kill a ticketed run at a random moment of its work, then its recovery at another, ``trials`` times.
+
+    ``by_clock`` kills from outside instead, after a random delay (milliseconds, drawn from a
+    clean run's measured duration): a kill may then land anywhere, inside a file write or a
+    provider read as well as between SQLite's instructions, but where it lands depends on the
+    machine's speed and load, so it is for the soak, never for a compared lesson cell.
+
+    A moment is a count of SQLite's work (:class:`_SqliteSteps`), drawn by ``random.Random(seed)``:
+    trial n of seed s always draws the same two, so a failing trial is named by its seed, its
+    number and its two moments, and it lands in the same place on every machine. The run's
+    moment is drawn between its run row's commit and its end, measured in a clean run first,
+    so every kill lands inside the run; the recovery's from the same span, so some
+    recoveries end before theirs. Invariant 5 cannot be predicted from a point here; it is
+    judged from the rows instead: a killed process that had read while the run stayed at
     ``not_inspected`` made the one read the rules allow to repeat.
     """
     root = _fresh_folder(folder)
@@ -636,15 +789,34 @@ def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None 
     # the one-line UnknownBug, before any run).
     driver = LabkitEngine(bug, coordinator_class(bug))
     _warm()
-    window = _clean_run_seconds(root / "clean", driver)
+    if by_clock:
+        window = _clean_run_seconds(root / "clean", driver)
+        rng = random.Random(seed)
+        # A clean run measured alone ends well inside its measured time (which includes the fork and
+        # the wait): drawing from the first 60 % puts most kills inside the run, some after its end.
+        delays = [(rng.uniform(0, 0.6 * window), rng.uniform(0, 0.6 * window)) for _ in range(trials)]
+        clocked = [partial(_random_trial, root / f"{number:04d}", number, run_delay, recovery_delay, driver, by_clock=True)
+                   for number, (run_delay, recovery_delay) in enumerate(delays, start=1)]
+        results = in_parallel(clocked, Trial.from_json, workers=workers)
+        return RandomKills(trials, seed, window * 1000, results, time.perf_counter() - started, unit="ms")
+    first, total = _clean_run_steps(root / "clean", driver)
     rng = random.Random(seed)
-    # A clean run measured alone ends well inside its measured time (which includes the fork and the
-    # wait): drawing from the first 60 % puts most kills inside the run, some after its end.
-    delays = [(rng.uniform(0, 0.6 * window), rng.uniform(0, 0.6 * window)) for _ in range(trials)]
-    tasks = [partial(_random_trial, root / f"{number:04d}", number, run_delay, recovery_delay, driver)
-             for number, (run_delay, recovery_delay) in enumerate(delays, start=1)]
+    span = total - first
+    draws = [(first + 1 + int(rng.random() * (span - 1)), 1 + int(rng.random() * span)) for _ in range(trials)]
+    tasks = [partial(_random_trial, root / f"{number:04d}", number, run_at, recovery_at, driver)
+             for number, (run_at, recovery_at) in enumerate(draws, start=1)]
     results = in_parallel(tasks, Trial.from_json, workers=workers)
-    return RandomKills(trials, seed, window * 1000, results, time.perf_counter() - started)
+    return RandomKills(trials, seed, float(total), results, time.perf_counter() - started, run_row_at=first)
+
+
+def _clean_run_steps(folder: Path, driver: LabkitEngine) -> tuple[int, int]:
+    """(count at the run row's first commit, count at the end) of an uninterrupted run, in SQLite's work."""
+    folder.mkdir(parents=True)
+    report = folder / "steps.json"
+    with ticket_service(folder / "tickets.db") as url:
+        in_child(_killed_after(None, lambda: driver.drive(folder, NO_CRASH, url), report))
+    measured = json.loads(report.read_text(encoding="utf-8"))
+    return int(measured["run_row_at"]), int(measured["total"])
 
 
 def _clean_run_seconds(folder: Path, driver: LabkitEngine) -> float:
@@ -660,15 +832,22 @@ def _clean_run_seconds(folder: Path, driver: LabkitEngine) -> float:
     return sorted(durations)[1]
 
 
-def _random_trial(folder: Path, number: int, run_delay: float, recovery_delay: float, driver: LabkitEngine) -> Trial:
+def _random_trial(folder: Path, number: int, run_at: float, recovery_at: float, driver: LabkitEngine, *,
+                  by_clock: bool = False) -> Trial:
     folder.mkdir()
     db = driver.db(folder)
     log = CallLog(call_log_for(db))
+
+    def killed(moment: float, work: Callable[[], object]) -> ChildEnd:
+        if by_clock:  # SIGKILL from outside after ``moment`` seconds, wherever the child is
+            return in_child(work, kill_after=moment)
+        return in_child(_killed_after(int(moment), work))
+
     with ticket_service(folder / "tickets.db") as url:
-        first = in_child(lambda: driver.drive(folder, NO_CRASH, url), kill_after=run_delay)
+        first = killed(run_at, lambda: driver.drive(folder, NO_CRASH, url))
         reads_first = log.reads_of(INCIDENT)
         step_after = recorded_step(db)
-        second = in_child(lambda: driver.restart(folder, NO_CRASH, url), kill_after=recovery_delay)
+        second = killed(recovery_at, lambda: driver.restart(folder, NO_CRASH, url))
         reads_second = log.reads_of(INCIDENT) - reads_first
         step_after_second = recorded_step(db)
         _final_recovery(lambda: driver.restart(folder, NO_CRASH, url))
@@ -678,5 +857,6 @@ def _random_trial(folder: Path, number: int, run_delay: float, recovery_delay: f
         results = check_invariants(db, call_log_for(db), {INCIDENT: 1 + repeated}, provider_for(db), effects=Tickets(url),
                                    coordinator_class=driver.coordinator_class())
     broken = {r.number: r.detail for r in results if not r.held}
-    return Trial(number, round(run_delay * 1000, 2), round(recovery_delay * 1000, 2), (first.killed, second.killed),
-                 step_after, broken)
+    if by_clock:
+        run_at, recovery_at = round(run_at * 1000, 2), round(recovery_at * 1000, 2)
+    return Trial(number, run_at, recovery_at, (first.killed, second.killed), step_after, broken)

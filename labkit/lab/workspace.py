@@ -9,8 +9,11 @@ The learner works in ``my-lab/``, a copy of ``notebooks/`` that ``make lab`` mak
 use and git ignores, so saved answers never touch the committed lessons that ``make test``
 checks. The copy has no outputs (:func:`learner_version`): a lesson asks the learner to
 predict a table before running the cell that prints it, and a stored table would answer
-first. The committed lessons keep theirs, for nbval and for the reading copy. :func:`reset` brings a lesson (or every lesson) back to its committed state and
-removes the scratch folders that lessons left behind, and nothing else. Neither ever writes
+first. The committed lessons keep theirs, for nbval and for the reading copy. :func:`reset`
+brings a lesson (or every lesson) back to its committed state, keeping what it replaces in
+``my-lab/backups/`` (a folder the file browser shows), and removes the scratch folders that
+lessons left behind, and nothing else. It refuses while the lesson's kernel runs in ``my-lab/``:
+JupyterLab's "File Changed" dialog would offer to save the open, old copy over the reset one. Neither ever writes
 through a symlink in ``my-lab/``: a link there may point at any file of the learner's.
 """
 
@@ -90,7 +93,9 @@ class Workspace:
     def create(cls, name: str) -> Workspace:
         """A new scratch folder for lesson ``name`` (e.g. ``"04"``), removed when this process exits."""
         folder = Path(tempfile.mkdtemp(prefix=f"labkit-{name}-", dir=scratch_root()))
-        (folder / MARKER).write_text(json.dumps({"lesson": name, "pid": os.getpid()}), encoding="utf-8")
+        # the kernel's folder (a notebook's kernel runs in the notebook's folder): reset asks whether it is my-lab/
+        marker = {"lesson": name, "pid": os.getpid(), "cwd": os.getcwd()}
+        (folder / MARKER).write_text(json.dumps(marker), encoding="utf-8")
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
         return cls(folder, folder / f"{name}.db")
 
@@ -126,8 +131,23 @@ class NotALesson(BadInput):
         super().__init__(f"no lesson {lesson!r} in notebooks/: expected one of {', '.join(known)}")
 
 
+#: The folder of ``my-lab/`` where reset keeps what it replaced (visible: no leading dot).
+BACKUPS = "backups"
+
+
+class LessonOpen(BadInput):
+    """A lesson reset would replace has a kernel running in ``my-lab/``: in JupyterLab, one click on
+    the "File Changed" dialog (or a save) would write the open, old notebook over the reset one."""
+
+    def __init__(self, open_lessons: dict[str, int]):
+        self.lessons = sorted(open_lessons)
+        shown = ", ".join(f"{lesson} (kernel pid {pid})" for lesson, pid in sorted(open_lessons.items()))
+        super().__init__(f"lesson {shown} is open in JupyterLab: shut its kernel down first (Kernel → Shut Down Kernel) "
+                         "and close its tab, then reset again; nothing was changed")
+
+
 class NotAPlainFile(BadInput):
-    """A name reset would replace (a lesson in ``my-lab/``, or ``my-lab/.backup``) holds something
+    """A name reset would replace (a lesson in ``my-lab/``, or ``my-lab/backups``) holds something
     else: a symlink, which it would write through, a folder, a FIFO."""
 
     def __init__(self, path: Path, found: str):
@@ -188,11 +208,12 @@ def reset(lesson: str | None = None, copy: Path | None = None) -> ResetReport:
 
     The learner's notebook is replaced by the committed one (without outputs, as
     :func:`make_learner_copy` makes it); if it differed, the replaced
-    file is kept in ``my-lab/.backup/`` first. Scratch folders that lessons left behind
+    file is kept in ``my-lab/backups/`` first. Scratch folders that lessons left behind
     (a kernel that was killed cannot remove its own) are removed, except those whose
     kernel is still running. Nothing else is touched: other files in ``my-lab/`` stay.
-    A lesson's name (or ``.backup``) holding a symlink, a folder or a FIFO is refused
-    (:class:`NotAPlainFile`) before anything changes: a link may point anywhere, outside the lab.
+    Refused before anything changes: a chosen lesson whose kernel runs in ``my-lab/``
+    (:class:`LessonOpen`), and a lesson's name (or ``backups``) holding a symlink, a folder or
+    a FIFO (:class:`NotAPlainFile`): a link may point anywhere, outside the lab.
     """
     copy = LEARNER_COPY if copy is None else copy
     lessons = lesson_files()
@@ -207,10 +228,12 @@ def reset(lesson: str | None = None, copy: Path | None = None) -> ResetReport:
         raise NotAPlainFile(Path(copy.name), "a symlink to nothing")
     if copy.exists() and not copy.is_dir():
         raise NotAPlainFile(Path(copy.name), "not a folder")
-    backups = copy / ".backup"
+    backups = copy / BACKUPS
     _refuse_unless_plain(backups, copy, folder=True)
     for committed in chosen:
         _refuse_unless_plain(copy / committed.name, copy)
+    if open_lessons := _kernels_in(copy, {path.name[:2] for path in chosen}):
+        raise LessonOpen(open_lessons)
     copy.mkdir(exist_ok=True)
     restored, backed_up = [], []
     for committed in chosen:
@@ -282,8 +305,9 @@ def _replace(target: Path, data: bytes) -> None:
     os.replace(temporary, target)
 
 
-def _remove_scratch(lessons: set[str]) -> tuple[list[str], list[str]]:
-    removed, in_use = [], []
+def _scratch_folders(lessons: set[str]) -> list[tuple[Path, str, int, str | None]]:
+    """The scratch folders of ``lessons`` (folder, lesson, kernel pid, kernel folder if recorded)."""
+    found = []
     for folder in sorted(scratch_root().iterdir()):
         marker = folder / MARKER
         if folder.is_symlink() or not folder.is_dir() or not marker.is_file():
@@ -291,10 +315,35 @@ def _remove_scratch(lessons: set[str]) -> tuple[list[str], list[str]]:
         try:
             made_by = json.loads(marker.read_text(encoding="utf-8"))
             name, pid = str(made_by["lesson"]), int(made_by["pid"])
-        except (OSError, ValueError, KeyError, TypeError):
+            cwd = made_by.get("cwd")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue
-        if name[:2] not in lessons:
+        if name[:2] in lessons:
+            found.append((folder, name[:2], pid, cwd if isinstance(cwd, str) else None))
+    return found
+
+
+def _kernels_in(copy: Path, lessons: set[str]) -> dict[str, int]:
+    """The chosen lessons whose kernel is running in ``copy`` (lesson -> pid). The kernel's folder is
+    read live where the system shows it (Linux: /proc/PID/cwd, so a reused pid is not mistaken for
+    the kernel), else from the marker; a marker from before markers recorded it counts as open."""
+    where = copy.resolve()
+    running: dict[str, int] = {}
+    for _, lesson, pid, recorded in _scratch_folders(lessons):
+        if not _alive(pid):
             continue
+        try:
+            cwd: str | None = os.readlink(f"/proc/{pid}/cwd")
+        except OSError:
+            cwd = recorded
+        if cwd is None or Path(cwd).resolve() == where:
+            running.setdefault(lesson, pid)
+    return running
+
+
+def _remove_scratch(lessons: set[str]) -> tuple[list[str], list[str]]:
+    removed, in_use = [], []
+    for folder, _, pid, _ in _scratch_folders(lessons):
         if _alive(pid):
             in_use.append(folder.name)
             continue

@@ -47,12 +47,14 @@ def test_the_core_path_of_the_first_lessons_fits_a_three_hour_workshop():
 
 
 def test_the_measure_counts_what_it_says(tmp_path):
-    """A made-up lesson with known counts: 260 words of prose, 16 lines of code, one exercise."""
+    """A made-up lesson with known counts: 260 words of prose, 800 characters of code, 200 words printed, one exercise."""
     notebook = {
         "cells": [
             {"cell_type": "markdown", "metadata": {}, "source": "# 99 · Test\nReading 0 min · Exercises 0 min · Prerequisites: none\n"
              + "word " * 255},
-            {"cell_type": "code", "metadata": {}, "source": "x = 1\n" * 16, "outputs": [], "execution_count": None},
+            # 16 lines of 50 characters, the inner runs of spaces counted once: 16 * 50 = 800 characters
+            {"cell_type": "code", "metadata": {}, "source": ("x = " + "1" * 43 + "  +0\n") * 16, "execution_count": None,
+             "outputs": [{"output_type": "stream", "name": "stdout", "text": "printed " * 200}]},
             {"cell_type": "markdown", "metadata": {}, "source": "## 1. More (optional)\n" + "word " * 126},
             {"cell_type": "markdown", "metadata": {}, "source": "### Exercise 99.1 (5 min): try\n" + "word " * 125},
             {"cell_type": "code", "metadata": {"exercise": "99.1", "solution": "a = 1\nb = 2\n"}, "source": "a = None",
@@ -63,8 +65,9 @@ def test_the_measure_counts_what_it_says(tmp_path):
     path = tmp_path / "99_test.ipynb"
     path.write_text(json.dumps(notebook), encoding="utf-8")
     times = lesson_times.lesson_times(path)
-    # core: (255 + 2 title words; the "Reading ..." header line is not counted) / 130 + 16 / 8 = 3.98 -> 4; all: + 130 / 130 -> 5
-    assert (times["reading_core"], times["reading"]) == (4, 5)
+    # core: (255 + 2 title words; the "Reading ..." header line is not counted) / 130 + 800 / 400 + 200 / 200 = 4.98 -> 5;
+    # all: + 130 / 130 -> 6 (no recorded run time for a made-up lesson: no waiting)
+    assert (times["reading_core"], times["reading"]) == (5, 6)
     # the exercise sits in an optional section: 131 / 130 + 2 * 1.5 + 3 = 7.01 -> 8, none of it core
     assert (times["exercises"], times["exercises_core"]) == (8, 0)
 

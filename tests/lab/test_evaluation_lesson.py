@@ -102,7 +102,7 @@ def test_the_check_passes_an_answer_that_reads_runs_and_assessments_only(cases, 
 
 @pytest.mark.parametrize("answer, feedback", [
     (from_receipts, "your function read 'receipts', and the task scorer's connection refused it"),
-    (refusal_swallowed, "1 of 3 = 0.333. Every run here completed with one receipt"),
+    (refusal_swallowed, "Every run here completed with one receipt, yet INC-1007 and INC-1011 are diagnosed wrongly"),
     (unscored_as_wrong, "INC-1004 has none yet: leave it out of both counts"),
     (original_assessment, "score each run once, by its latest assessment"),
     (always_a_number, "no run has an assessment, so no diagnosis can be scored: return None"),

@@ -156,6 +156,15 @@ def test_each_known_bug_turns_a_cell_of_the_table_red(bug, tmp_path):
     assert all(r.scenario.bug == bug for r in found.results)
 
 
+def test_a_bug_turns_its_heat_map_cells_red(tmp_path):
+    """The heat map's numbers (12's compared tables) count held over judged: a broken scenario shows."""
+    found = explorer.explore(tmp_path / "bug", pairs=False, bug="reread_committed_evidence")
+    assert found.by_flow().loc["run (9 scenarios)", "5"] == "3/9"
+    assert list(found.summary()["5"]) == ["1/1"] * 3 + ["0/1"] * 6
+    assert set(found.summary()["1"]) == {"1/1"} and set(found.summary()["10"]) == {"·"}
+    assert list(found.collapsed()["invariants"]) == ["all held", "all held", "broken: 5"]  # 1 read, 2 reads, then red
+
+
 def test_the_bugs_the_explorer_knows_are_the_ones_a_crash_can_reveal():
     assert set(CAUGHT_AT) == set(CRASH_BUGS)
     assert set(CRASH_BUGS) < set(labkit.lab.naive.BUGS)
@@ -173,28 +182,54 @@ def test_random_kills_keep_every_invariant(tmp_path):
     assert sum(kills.landed().values()) == 16
 
 
+def test_random_kills_land_inside_the_run_every_time(tmp_path):
+    """Each first kill stops the run after its run row committed and before it ended (12's where-each-landed table)."""
+    kills = explorer.random_kills(tmp_path / "r", 8, seed=12)
+    assert all(trial.killed[0] for trial in kills.results), kills.landed()
+    assert "no run" not in kills.landed() and "finished before the kill" not in kills.landed()
+    assert all(kills.run_row_at < trial.run_at < kills.steps for trial in kills.results)
+
+
 @pytest.mark.skipif(not os.environ.get("LABKIT_SOAK"), reason="the long soak: make soak (LABKIT_SOAK=1) runs 240 trials")
 def test_random_kills_soak(tmp_path):
     trials = int(os.environ.get("LABKIT_RANDOM_TRIALS", "240"))
     kills = explorer.random_kills(tmp_path / "soak", trials, seed=20261201)
     print(f"\nrandom kills: {trials} trials in {kills.seconds:.1f} s, landed {kills.landed()}, "
           f"{len(kills.violations)} violations")
-    assert [(t.number, t.run_delay_ms, t.recovery_delay_ms, t.broken) for t in kills.violations] == []
+    assert [(t.number, t.run_at, t.recovery_at, t.broken) for t in kills.violations] == []
+
+
+def test_random_kills_by_clock_kill_from_outside_and_keep_every_invariant(tmp_path):
+    """The soak's other half: SIGKILL after a random delay, which may land inside a file write or a read."""
+    kills = explorer.random_kills(tmp_path / "clock", 6, seed=3, by_clock=True)
+    assert kills.unit == "ms" and kills.as_json()["unit"] == "ms"
+    assert all(0 <= trial.run_at <= 0.6 * kills.steps + 1 for trial in kills.results)
+    assert kills.violations == []
+    assert sum(kills.landed().values()) == 6
+
+
+@pytest.mark.skipif(not os.environ.get("LABKIT_SOAK"), reason="the long soak: make soak (LABKIT_SOAK=1) runs 120 trials")
+def test_random_kills_by_clock_soak(tmp_path):
+    trials = int(os.environ.get("LABKIT_RANDOM_TRIALS", "240")) // 2
+    kills = explorer.random_kills(tmp_path / "soak", trials, seed=20261206, by_clock=True)
+    print(f"\nrandom kills by clock: {trials} trials in {kills.seconds:.1f} s, landed {kills.landed()}, "
+          f"{len(kills.violations)} violations")
+    assert [(t.number, t.run_at, t.recovery_at, t.broken) for t in kills.violations] == []
 
 
 def test_random_kills_catch_a_known_bug_and_name_the_seed_and_delays(tmp_path):
     kills = explorer.random_kills(tmp_path / "r", 6, seed=5, bug="retry_without_key")
     assert kills.violations, "every ticket this variant opens sits under another key than its effect's"
     shown = kills.as_json()["violations"][0]
-    assert shown["seed"] == 5 and {"trial", "run_delay_ms", "recovery_delay_ms", "broken"} <= set(shown)
+    assert shown["seed"] == 5 and {"trial", "run_kill_at", "recovery_kill_at", "broken"} <= set(shown)
 
 
-def test_the_same_seed_draws_the_same_delays(tmp_path):
+def test_the_same_seed_draws_the_same_moments_and_lands_the_same(tmp_path):
     first = explorer.random_kills(tmp_path / "a", 3, seed=7, workers=1)
     second = explorer.random_kills(tmp_path / "b", 3, seed=7, workers=1)
-    ratio = second.window_ms / first.window_ms  # the window is measured each time; the draws scale with it
-    for a, b in zip(first.results, second.results, strict=True):
-        assert b.run_delay_ms == pytest.approx(a.run_delay_ms * ratio, abs=0.02)
+    assert first.steps == second.steps  # SQLite's work, counted: no machine speed in it
+    assert [(t.run_at, t.recovery_at, t.step_after_kill, t.killed) for t in first.results] == [
+        (t.run_at, t.recovery_at, t.step_after_kill, t.killed) for t in second.results]
 
 
 # =========================================================================== the command line
@@ -259,7 +294,7 @@ def test_explore_json_shows_the_random_object_the_contract_promises_even_without
     done = cli("explore", "--db-dir", tmp_path / "x", "--singles", "--json")
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
-    assert found["random"] == {"trials": 0, "seed": 0, "window_ms": 0.0, "landed": {}, "violations": [], "seconds": 0.0}
+    assert found["random"] == {"trials": 0, "seed": 0, "steps": 0, "unit": "steps", "landed": {}, "violations": [], "seconds": 0.0}
 
 
 # =========================================================================== the folder it works in

@@ -56,7 +56,7 @@ def test_a_scratch_root_another_user_made_first_is_refused_never_used_nor_emptie
     refused(cli_main("reset", "--lesson", LESSONS[4].name[:2]), str(scratch), "another user could")
     assert [p.name for p in (scratch.resolve()).iterdir()] == ["labkit-04-planted"]
     assert (copy / LESSONS[4].name).read_text(encoding="utf-8") == "my edits", "refused before anything changed"
-    assert not (copy / ".backup").exists()
+    assert not (copy / "backups").exists()
 
 
 def test_the_first_copy_has_every_lesson_and_a_second_never_overwrites(tmp_path):
@@ -83,6 +83,7 @@ def test_reset_of_one_lesson_restores_it_keeps_a_backup_and_touches_nothing_else
     assert (copy / "notes.md").read_text(encoding="utf-8") == "my notes"
     [backup] = report.backed_up
     assert (tmp_path / backup).read_text(encoding="utf-8") == "my edits"
+    assert backup.startswith("my-lab/backups/"), "a folder JupyterLab's file browser shows (no leading dot)"
 
 
 def test_reset_removes_only_scratch_left_by_dead_kernels(tmp_path, scratch):
@@ -115,7 +116,7 @@ def test_reset_refuses_an_unknown_lesson(tmp_path, scratch, cli_main, refused):
 def test_a_workspace_marks_its_folder_for_reset(scratch):
     ws = labkit.lab.Workspace.create("03-exercise")
     marker = json.loads((ws.folder / workspace.MARKER).read_text(encoding="utf-8"))
-    assert marker == {"lesson": "03-exercise", "pid": os.getpid()}
+    assert marker == {"lesson": "03-exercise", "pid": os.getpid(), "cwd": os.getcwd()}
     assert ws.folder.parent == scratch
 
 
@@ -159,12 +160,12 @@ def test_reset_never_writes_through_a_symlink_in_my_lab(tmp_path, scratch, cli_m
 
     lesson.unlink()
     lesson.write_text("my edits", encoding="utf-8")
-    (copy / ".backup").symlink_to(elsewhere)
+    (copy / "backups").symlink_to(elsewhere)
     before = _tree(copy)
-    refused(cli_main("reset", "--lesson", number), "my-lab/.backup is a symlink")
+    refused(cli_main("reset", "--lesson", number), "my-lab/backups is a symlink")
     assert list(elsewhere.iterdir()) == [] and _tree(copy) == before
 
-    (copy / ".backup").unlink()
+    (copy / "backups").unlink()
     lesson.unlink()
     os.mkfifo(lesson)  # reading one would wait for a writer forever
     refused(cli_main("reset", "--lesson", number), f"my-lab/{lesson.name} is not a plain file")
@@ -174,7 +175,7 @@ def test_reset_never_writes_through_a_symlink_in_my_lab(tmp_path, scratch, cli_m
     done = cli_main("reset", "--lesson", number)
     assert done.returncode == 0, done.stderr
     assert lesson.read_bytes() == workspace.learner_version(LESSONS[4]) and not lesson.is_symlink()
-    [backup] = (copy / ".backup").iterdir()
+    [backup] = (copy / "backups").iterdir()
     assert backup.read_text(encoding="utf-8") == "my edits"
 
 
@@ -203,3 +204,69 @@ def test_the_learners_copy_has_no_outputs_to_answer_a_prediction_and_the_same_ce
     assert any(cell.get("outputs") for cell in json.loads(LESSONS[8].read_text(encoding="utf-8"))["cells"]), (
         "the committed lesson keeps its outputs (nbval compares them)"
     )
+
+
+def _kernel_in(folder, lesson):
+    """A stand-in for a lesson's kernel: a live process, started in ``folder`` as JupyterLab starts a
+    notebook's kernel in the notebook's folder, that made the lesson's scratch folder (its marker)."""
+    kernel = subprocess.Popen(
+        [sys.executable, "-c", f"import sys, labkit; print(labkit.lab.Workspace.create({lesson!r}).folder, flush=True); sys.stdin.read()"],
+        cwd=folder, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=child_env(),
+    )
+    kernel.stdout.readline()
+    return kernel
+
+
+def test_reset_refuses_in_one_line_while_the_lessons_kernel_runs_in_my_lab(tmp_path, scratch, cli_main, refused, monkeypatch):
+    """Issue 21: a reset under an open lesson was undone by one click on JupyterLab's "File Changed" dialog."""
+    copy = tmp_path / "my-lab"
+    workspace.make_learner_copy(copy)
+    monkeypatch.setattr(workspace, "LEARNER_COPY", copy)
+    number = LESSONS[4].name[:2]
+    lesson = copy / LESSONS[4].name
+    lesson.write_text("my edits", encoding="utf-8")
+    kernel = _kernel_in(copy, number)
+    try:
+        before = _tree(copy)
+        with pytest.raises(workspace.LessonOpen) as caught:
+            workspace.reset(number, copy)
+        assert caught.value.lessons == [number]
+        outcome = cli_main("reset", "--lesson", number)
+        refused(outcome, f"lesson {number} (kernel pid {kernel.pid}) is open in JupyterLab", "Shut Down Kernel", "nothing was changed")
+        assert len(outcome.stderr.strip().splitlines()) == 1
+        refused(cli_main("reset"), f"lesson {number} (kernel pid {kernel.pid}) is open")
+        assert _tree(copy) == before, "refused before anything changed: no backup, the lesson as it was"
+        other = LESSONS[5].name[:2]
+        assert cli_main("reset", "--lesson", other).returncode == 0, "another lesson resets while 04 is open"
+    finally:
+        kernel.stdin.close()
+        kernel.wait(timeout=30)
+    done = cli_main("reset", "--lesson", number)
+    assert done.returncode == 0, done.stderr
+    assert lesson.read_bytes() == workspace.learner_version(LESSONS[4])
+    assert "kept your previous copy as my-lab/backups/" in done.stdout
+
+
+def test_a_kernel_of_the_lesson_running_elsewhere_does_not_block_the_reset(tmp_path, scratch):
+    """The committed notebooks/ under nbval, or a lesson opened from another folder, is not my-lab/'s."""
+    copy = tmp_path / "my-lab"
+    workspace.make_learner_copy(copy)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    kernel = _kernel_in(elsewhere, "04-kill")
+    try:
+        report = workspace.reset("04", copy)
+        assert len(report.scratch_in_use) == 1, "its scratch folder is left alone, and said so"
+    finally:
+        kernel.stdin.close()
+        kernel.wait(timeout=30)
+
+
+def test_a_dead_kernels_marker_never_blocks_the_reset(tmp_path, scratch):
+    copy = tmp_path / "my-lab"
+    workspace.make_learner_copy(copy)
+    left = scratch / "labkit-04-killed"
+    left.mkdir(parents=True)
+    (left / workspace.MARKER).write_text(json.dumps({"lesson": "04", "pid": 2**22 + 1, "cwd": str(copy)}), encoding="utf-8")
+    report = workspace.reset("04", copy)
+    assert report.scratch_removed == ["labkit-04-killed"]

@@ -22,6 +22,7 @@ from labkit.contract import MAX_DIAGNOSTIC_BYTES
 from labkit.database import transaction
 from labkit.errors import BadRetentionDays
 from labkit.evidence import SUMMARY_LIMIT, bound_evidence, check_summary_size, store_bounded_txn
+from labkit.lab import capacity
 from labkit.lab.lesson import restart_answers
 from labkit.lab.naive import TwoCommitCoordinator
 from labkit.provider import Reading
@@ -243,6 +244,28 @@ def test_a_retention_killed_before_vacuum_keeps_its_removal_and_the_next_reclaim
     assert query(lab.db, "SELECT freelist_count FROM pragma_freelist_count") == [(0,)]
     assert diagnostic_of(lab.db, "INC-1015").removed_by == 1
     assert files_hold(lab.folder, RAW_ONLY["INC-1016"]) == [], "after the VACUUM the removed bytes are nowhere in the files"
+
+
+def test_a_retention_killed_before_vacuum_leaves_no_removed_byte_in_the_file_after_the_next_checkpoint(lab, conn, python_child):
+    """secure_delete zeroes the freed space in the removal's own commit: VACUUM is not what erases it (lesson 11).
+
+    A finished run beside an unfinished one, as 11 shows it: the removed raw diagnostic's page
+    stays in use for the kept one, so without secure_delete its bytes would stay in the file.
+    """
+    lab.coordinator(conn).drive("INC-1003")
+    lab.coordinator(conn).start("INC-1001")
+    lab.coordinator(conn).inspect("INC-1001")
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # one copy of each page, in the file itself
+    marker = capacity.a_marker_of(lab.db, "INC-1003")
+    assert capacity.bytes_found(lab.db, marker) == 1, "the raw diagnostic is in the file before retention"
+    code = ("import os, signal, sys; from labkit.retention import retain; from labkit import TickingClock\n"
+            "retain(sys.argv[1], 0, TickingClock('2026-04-15T00:00:00Z'), before_vacuum=lambda: os.kill(os.getpid(), signal.SIGKILL))")
+    assert python_child(code, lab.db).returncode == KILLED
+    with closing(sqlite3.connect(lab.db)) as other:
+        other.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # what the next connection does, without any VACUUM
+    assert capacity.bytes_found(lab.db, marker) == 0, "the freed space still holds the removed bytes"
+    assert diagnostic_of(lab.db, "INC-1003").state == "removed", "removed by retention 1, not missing"
+    assert diagnostic_of(lab.db, "INC-1001").state == "kept"
 
 
 def test_a_vacuum_that_cannot_run_is_a_failure_a_retry_cures(lab, conn, monkeypatch, query):

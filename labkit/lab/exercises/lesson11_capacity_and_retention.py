@@ -15,7 +15,18 @@ from ...retention import retain
 from ..lesson import restart_answers
 from ..ticket_service import TicketService
 from ..workspace import Workspace
-from .runner import answer_is_a_function, changed_tables, clear_trials, new_trial, one_line, own_work, source_of, tables_of
+from .runner import (
+    answer_is_a_function,
+    changed_tables,
+    clear_trials,
+    new_trial,
+    one_line,
+    own_work,
+    refuse_if_called,
+    source_of,
+    tables_of,
+    watching_labkit,
+)
 
 #: When Exercise 11.1's retention runs (a pinned clock), and how many days a raw diagnostic is kept.
 RETENTION_AT = "2026-04-15T00:00:00Z"
@@ -27,14 +38,22 @@ RECENT_AT = "2026-04-10T09:00:00Z"
 #: pinned instant (2026-03-02), six weeks before the retention. The roles are dealt differently in
 #: each database, so no fixed list of incidents passes both.
 RETENTION_CASES: tuple[dict[str, str], ...] = (
-    {"INC-1003": "finished", "INC-1015": "finished", "INC-1001": "unfinished", "INC-1004": "uncertain", "INC-1006": "recent"},
-    {"INC-1001": "finished", "INC-1016": "finished", "INC-1006": "unfinished", "INC-1003": "uncertain", "INC-1004": "recent"},
+    {"INC-1003": "finished", "INC-1015": "finished", "INC-1001": "unfinished", "INC-1004": "uncertain",
+     "INC-1006": "recent", "INC-1008": "ticketed", "INC-1009": "intended"},
+    {"INC-1001": "finished", "INC-1016": "ticketed", "INC-1006": "unfinished", "INC-1003": "uncertain",
+     "INC-1004": "recent", "INC-1010": "intended", "INC-1011": "finished"},
 )
+#: The roles whose raw diagnostic a correct selection removes.
+DUE_ROLES = ("finished", "ticketed")
+#: A ticket service nobody listens on: a send is refused at once, so the effect stays ``intended``.
+UNREACHABLE = "http://127.0.0.1:9"
 _WHAT_IT_IS = {
     "finished": "report_completed six weeks ago, nothing owed",
     "unfinished": "at evidence_recorded: a crash stopped it, recovery will finish it",
     "uncertain": "report_completed, but its ticket effect is uncertain: a person or recovery still has to settle it",
     "recent": "report_completed five days ago, inside the 30-day retention",
+    "ticketed": "report_completed six weeks ago, its ticket effect done: nothing owed",
+    "intended": "report_completed, but its ticket effect is still intended (the send never got through): it owes its ticket",
 }
 
 
@@ -56,8 +75,18 @@ def retention_case(space: Workspace, roles: dict[str, str]) -> None:
             elif role == "unfinished":
                 space.coordinator(conn).start(incident)
                 space.coordinator(conn).inspect(incident)
-            elif role != "uncertain":
+            elif role == "intended":
+                try:
+                    space.coordinator(conn, effects=Tickets(UNREACHABLE)).drive(incident)
+                except RunFailure:
+                    pass  # the send was refused: the effect is left intended, as intended here
+            elif role not in ("uncertain", "ticketed"):
                 raise ValueError(f"no such role {role!r} for {incident}: {', '.join(_WHAT_IT_IS)}")
+        ticketed = [incident for incident, role in roles.items() if role == "ticketed"]
+        if ticketed:
+            with TicketService(space.folder / "tickets-done.db") as service:
+                for incident in ticketed:
+                    space.coordinator(conn, effects=Tickets(service.url)).drive(incident)
         uncertain = [incident for incident, role in roles.items() if role == "uncertain"]
         if uncertain:
             with TicketService(space.folder / "tickets.db", fault="drop-after-commit") as service:
@@ -77,6 +106,7 @@ class RetentionTrial:
     changed: tuple[str, ...]  # tables, other than diagnostics and retentions, whose rows changed
     answers_before: dict[str, dict]
     answers_after: dict[str, dict]
+    returned: tuple[str, ...] = ()  # what the selection returned
 
 
 def retention_trial(roles: dict[str, str], due: Callable | None = None) -> RetentionTrial:
@@ -87,6 +117,7 @@ def retention_trial(roles: dict[str, str], due: Callable | None = None) -> Reten
     """
     def asked(conn: sqlite3.Connection, cutoff: str) -> list[str]:
         assert due is not None
+        writes = conn.total_changes
         try:
             said = due(conn, cutoff)
         except Exception as error:  # the learner's error, as one line of feedback
@@ -97,8 +128,13 @@ def retention_trial(roles: dict[str, str], due: Callable | None = None) -> Reten
             chosen = [said]
         if said is None or not all(isinstance(item, str) for item in chosen):
             raise AssertionError(f"the selection should return a list of incident ids (an empty list if none is due), not {said!r}"[:300])
+        if conn.total_changes != writes:
+            raise AssertionError("your selection wrote to the database itself: a selection only reads (SELECT) and returns "
+                                 "the ids; retain removes what it names, in its own transaction")
+        returned.extend(str(item) for item in chosen)
         return [str(item) for item in chosen]
 
+    returned: list[str] = []
     trial = new_trial("11-exercise")
     retention_case(trial, roles)
     before = tables_of(trial)
@@ -108,7 +144,7 @@ def retention_trial(roles: dict[str, str], due: Callable | None = None) -> Reten
     kept = tuple(row[0] for row in after["diagnostics"])
     changed = changed_tables(before, after, apart_from=("diagnostics", "retentions"))
     answers_after = {incident: restart_answers(trial.db, incident).as_row() for incident in sorted(roles)}
-    return RetentionTrial(roles, kept, changed, answers_before, answers_after)
+    return RetentionTrial(roles, kept, changed, answers_before, answers_after, tuple(returned))
 
 
 @one_line
@@ -127,33 +163,46 @@ def check_retention_selection(due: Callable) -> None:
     clear_trials()
     answer_is_a_function(due, "def my_due(conn, cutoff): ...")
     source_of(due)
-    own_work(due, "retain", "retain_txn", "_UNFINISHED_SQL")
+    own_work(due, "retain", "retain_txn", "_UNFINISHED_SQL", "OWED")
     removed_in_all: list[str] = []
     for number, roles in enumerate(RETENTION_CASES, start=1):
-        trial = retention_trial(roles, due)
+        with watching_labkit("retain", "retain_txn") as calls:
+            trial = retention_trial(roles, due)
+        refuse_if_called(calls)
         removed = sorted(set(roles) - set(trial.kept))
         for incident in removed:
             role = roles[incident]
-            if role != "finished":
+            if role not in DUE_ROLES:
                 hint = {
                     "unfinished": "An unfinished run keeps what it read: select only runs at report_completed",
                     "uncertain": "Finished means nothing owed: a run whose effect is intended or uncertain still owes its ticket "
                                  "(look in the effects table)",
+                    "intended": "Finished means nothing owed: an effect still intended has not reached its ticket yet "
+                                "(which states of effects.state owe something?)",
                     "recent": "Compare the raw diagnostic's kept_at with the cutoff: only those kept before it are due",
                 }[role]
                 raise AssertionError(f"database {number}: your selection removed the raw diagnostic of {incident}, "
                                      f"{_WHAT_IT_IS[role]}. {hint}")
-        stayed = [incident for incident, role in roles.items() if role == "finished" and incident in trial.kept]
+        stayed = [incident for incident, role in roles.items() if role in DUE_ROLES and incident in trial.kept]
+        ticket_kept = [incident for incident in stayed if roles[incident] == "ticketed"]
+        if ticket_kept and len(ticket_kept) == len(stayed):
+            raise AssertionError(f"database {number}: your selection kept the raw diagnostic of {ticket_kept[0]}, "
+                                 f"{_WHAT_IT_IS['ticketed']}. A run with an effect is not owing by itself: "
+                                 "only some states of effects.state owe a ticket")
         if stayed:
             runs = f"{' and '.join(stayed)} {'were' if len(stayed) > 1 else 'was'}"
             raise AssertionError(f"database {number}: {runs} finished six weeks ago and nothing is owed, yet your selection kept "
                                  "the raw diagnostic: a retention that removes nothing keeps every raw payload (and secret) for ever")
+        if sorted(set(trial.returned)) != removed:
+            raise AssertionError(f"database {number}: your selection named {len(set(trial.returned))} run(s), yet "
+                                 f"{len(removed)} raw diagnostic(s) are gone: return the ids of the runs whose raw "
+                                 "diagnostic is due, and let retain remove them")
         assert not trial.changed, (
             f"database {number}: your selection wrote to {', '.join(trial.changed)}: a selection only reads; retain removes what it names"
         )
         assert trial.answers_after == trial.answers_before, f"database {number}: the restart answers changed"
         removed_in_all.append(f"{' and '.join(removed)} in database {number}")
     print(f"✓ removed only the raw diagnostics of the finished runs older than the cutoff: {', '.join(removed_in_all)}")
-    print("✓ kept the unfinished run's, the run with an uncertain ticket effect, and the run inside the 30 days")
+    print("✓ kept the unfinished run's, the runs whose ticket effect is intended or uncertain, and the run inside the 30 days")
     print(f"✓ runs, transitions, evidence (summary, digest, reference), assessments, receipts, effects, redactions unchanged; "
           f"all {sum(len(roles) for roles in RETENTION_CASES)} runs answer the three restart questions as before")

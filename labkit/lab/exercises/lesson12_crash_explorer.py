@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+from ... import invariants
 from ...invariants import InvariantResult
 from ..explorer import Scenario, explore, flow_points, run_scenario
-from ..naive import CRASH_BUGS
-from .runner import answer_is_a_function, clear_trials, new_trial, one_line, own_work
+from ..naive import CRASH_BUGS, coordinator_class
+from .runner import answer_is_a_function, clear_trials, new_trial, one_line, own_work, refuse_if_called, watching_labkit
 
 #: The scenarios Exercise 12.1's answer plays, in the order that stops the common slips first.
 SCENARIO_CASES: tuple[tuple[str, str | None], ...] = (
@@ -27,6 +29,27 @@ def _explorer_broken(point: str, bug: str | None, numbers: range) -> set[int]:
     trial = new_trial("12-explorer")
     result = run_scenario(Scenario("run", (point,), bug), trial.folder / "scenario")
     return {number for number in result.broken if number in numbers}
+
+
+@contextlib.contextmanager
+def _second_recoveries() -> Iterator[list[object]]:
+    """The coordinator class each invariant-7 recovery ran with, while the answer runs in this kernel.
+
+    ``check_invariants`` looks ``recover`` up in its own module when it runs invariant 7, so
+    this sees every call, whatever name the answer reached ``check_invariants`` by.
+    """
+    original = invariants.recover
+    seen: list[object] = []
+
+    def recorded(*args, **kwargs):
+        seen.append(kwargs.get("coordinator_class"))
+        return original(*args, **kwargs)
+
+    invariants.recover = recorded
+    try:
+        yield seen
+    finally:
+        invariants.recover = original
 
 
 def _with_bug(bug: str | None) -> str:
@@ -49,7 +72,9 @@ def check_scenario(scenario: Callable) -> None:
     for point, bug in SCENARIO_CASES:
         trial = new_trial("12-scenario")
         try:
-            results = scenario(trial.db, point, bug)
+            with _second_recoveries() as second, watching_labkit("explore", "run_scenario", "random_kills") as calls:
+                results = scenario(trial.db, point, bug)
+            refuse_if_called(calls)
         except AssertionError:
             raise
         except Exception as error:  # noqa: BLE001 - the learner's code: say what it raised, in one line
@@ -57,6 +82,12 @@ def check_scenario(scenario: Callable) -> None:
         if not isinstance(results, list) or not all(isinstance(r, InvariantResult) for r in results):
             raise AssertionError(f"{point}{_with_bug(bug)}: return the list labkit.check_invariants(...) returns, "
                                  f"not {type(results).__name__}")
+        if not second:
+            raise AssertionError(f"{point}{_with_bug(bug)}: return the list labkit.check_invariants(...) returns; "
+                                 "its invariant 7 runs a second recovery, which the check did not see")
+        if any(used is not coordinator_class(bug) for used in second):
+            raise AssertionError(f"{point}{_with_bug(bug)}: invariant 7's second recovery did not run the coordinator "
+                                 "the bug names: which argument of check_invariants says which coordinator recovers again?")
         checked = {r.number for r in results}
         if not set(seven) <= checked:
             raise AssertionError(f"{point}{_with_bug(bug)}: your list holds invariants {sorted(checked)}; check all of 1-7")
@@ -116,10 +147,13 @@ def check_bug_prediction(bug: str, predicted: dict) -> None:
     theirs = {r.scenario.crash_points[0]: set(r.broken) for r in found.results if r.broken}
     if mine != theirs:
         differ = [point for point in points if mine.get(point, set()) != theirs.get(point, set())]
-        wrong = [f"at {point} you predicted {sorted(mine.get(point, set())) or 'nothing'}, the explorer found "
-                 f"{sorted(theirs.get(point, set())) or 'nothing'}" for point in differ]
-        raise AssertionError(f"{bug}: " + "; ".join(wrong) + ". See the rows' detail with labkit.lab.explore(folder, pairs=False, "
-                             "bug=my_bug).text() and say why: which row did the bug leave behind, and which invariant reads it?")
+        first = differ[0]
+        said = sorted(mine.get(first, set())) or "nothing"
+        raise AssertionError(
+            f"{bug}: your prediction differs from the explorer at {len(differ)} of {len(points)} points; the first is "
+            f"{first}, where you predicted {said}. Read the bug's code again (inspect.getsource(labkit.lab.naive.BUGS[my_bug])): "
+            "killed there, which row does the bug leave behind, and which invariant reads that row?"
+        )
     for point, numbers in theirs.items():
         print(f"✓ {bug} at {point}: invariants {sorted(numbers)} broken, as you predicted")
     print(f"✓ every other point of {len(points)}: every invariant held, as you predicted")

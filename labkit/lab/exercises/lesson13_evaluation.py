@@ -21,7 +21,7 @@ from ..naive import coordinator_class
 from ..processes import labkit_cli
 from ..ticket_service import TicketService
 from ..workspace import Workspace
-from .runner import answer_is_a_function, clear_trials, one_line, own_work, source_of
+from .runner import answer_is_a_function, clear_trials, one_line, own_work, refuse_if_called, source_of, watching_labkit
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,10 @@ def _dealt_again() -> EvaluationCase:
     return _DEALT_AGAIN[0]
 
 
+#: labkit's own task scorer and what it is built from: the answer may not hand the job to them.
+_LABKITS_OWN = ("task_score", "evaluate", "_task_scores", "_score_tasks", "_score_task", "TaskScore")
+
+
 @one_line
 def check_task_accuracy(accuracy: Callable) -> None:
     """``accuracy(conn, truth) -> float | None``: the task scorecard's accuracy, written by hand.
@@ -171,14 +175,17 @@ def check_task_accuracy(accuracy: Callable) -> None:
     clear_trials()
     answer_is_a_function(accuracy, "def my_accuracy(conn, truth): ...")
     source_of(accuracy)
-    own_work(accuracy, "task_score", "evaluate", "_task_scores", "_score_tasks", "_score_task", "TaskScore")
+    own_work(accuracy, *_LABKITS_OWN)
     truth = load_ground_truth()
     shown = []
     for case in [*evaluation_cases(), _dealt_again()]:
         expected = task_score(case.db)
         try:
-            with scoped_connection(case.db, "task", TASK_TABLES) as conn:
-                given = accuracy(conn, dict(truth))
+            with scoped_connection(case.db, "task", TASK_TABLES) as conn, watching_labkit(*_LABKITS_OWN) as calls:
+                try:
+                    given = accuracy(conn, dict(truth))
+                finally:
+                    refuse_if_called(calls)  # labkit's scorer reached under a name built at run time
         except ScorerReadRefused as refusal:
             if refusal.table.startswith("(action"):  # not a read: a write, a PRAGMA, an ATTACH ...
                 raise AssertionError(
@@ -204,9 +211,12 @@ def check_task_accuracy(accuracy: Callable) -> None:
             raise AssertionError(f"{case.name}: return the accuracy as a number, right / scored (None only when nothing is "
                                  f"scored), not {given!r}"[:300])
         if not math.isclose(float(given), expected.accuracy, abs_tol=1e-9):
+            # The hint first. The scorer's number only for the five cases section 4 shows anyway:
+            # the sixth, never shown, stays a case an answer cannot look up.
+            shown_case = case.name != _dealt_again().name
+            scorer = f"; the task scorer's is {expected.correct} of {expected.scored} = {expected.accuracy:.3f}" if shown_case else ""
             raise AssertionError(
-                f"{case.name} ({case.story}): your accuracy is {float(given):.3f}; the task scorer's is {expected.correct} of "
-                f"{expected.scored} = {expected.accuracy:.3f}. {case.hint}"
+                f"{case.name} ({case.story}): {case.hint}. Your accuracy is {float(given):.3f}{scorer}"
             )
         shown.append(f"{case.name}: {expected.correct} of {expected.scored} scored right = {expected.accuracy:.3f}")
     for line in shown:
