@@ -32,3 +32,38 @@ def test_the_skip_decision_is_the_sqlite_check_s_exit_status_and_first_line():
     assert done.returncode == 0 and done.stdout.startswith("SQLite ") and len(done.stdout.splitlines()) == 1
     script = (ROOT / "scripts" / "other_pythons.sh").read_text()
     assert '-m labkit.lab.sqlite_check $ask' in script and "SKIPPED $name" in script
+
+
+def test_nbval_skips_a_lesson_whose_sqlite_feature_is_missing_with_the_check_s_line(monkeypatch):
+    """The root conftest.py: the lesson's cells (and 00_setup_check's) are skipped with the reason; others run."""
+    import importlib.util
+
+    from labkit.lab import sqlite_check
+
+    spec = importlib.util.spec_from_file_location("root_conftest", ROOT / "conftest.py")
+    assert spec and spec.loader
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    asked: list[str | None] = []
+
+    def problems(lesson=None):
+        asked.append(lesson)
+        return ["lesson 14 needs a feature: what to do"] if lesson in (None, "14") else []
+
+    monkeypatch.setattr(sqlite_check, "problems", problems)
+
+    class Item:
+        def __init__(self, name: str):
+            self.path = ROOT / "notebooks" / name
+            self.markers: list = []
+
+        def add_marker(self, marker) -> None:
+            self.markers.append(marker)
+
+    items = [Item("00_setup_check.ipynb"), Item("03_durable_checkpoint.ipynb"), Item("14_choosing_an_engine.ipynb"),
+             Item("14_choosing_an_engine.ipynb"), Item("test_x.py")]
+    conftest.pytest_collection_modifyitems(None, items)
+    reasons = [[m.kwargs.get("reason") for m in item.markers] for item in items]
+    assert reasons == [["lesson 14 needs a feature: what to do"], [], ["lesson 14 needs a feature: what to do"],
+                       ["lesson 14 needs a feature: what to do"], []]
+    assert sorted(asked, key=str) == sorted([None, "03", "14"], key=str)
