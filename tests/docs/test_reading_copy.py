@@ -195,7 +195,9 @@ def test_the_lessons_pages_keep_their_tables_styles_and_diagrams(lessons_built):
         assert len([a for a in page.named("pre") if a.get("class") == "mermaid"]) == diagrams, lesson.name
         assert [a for a in page.named("h1")], lesson.name
     explorer = Page((tmp_path / "html" / "12_crash_explorer.html").read_text(encoding="utf-8"))
-    assert any("background-color: #bbf7d0" in sheet for sheet in explorer.styles), "the heat map lost its colours"
+    # The heat map is a matplotlib figure now (a PNG beside its compared table): it must reach the page.
+    assert any((img.get("src") or "").startswith("data:image/png;base64,") for img in explorer.named("img")), \
+        "the heat map's figure is not on the page"
 
 
 # --------------------------------------------------------------------------- navigation and search
