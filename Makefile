@@ -23,6 +23,8 @@
 #   make browser-test  every lesson run in JupyterLab in headless Chromium; screenshots in build/screenshots/
 #   make test-postgres DBOS on a PostgreSQL server: yours if LABKIT_DBOS_POSTGRES_URL is set, else a throwaway one
 #   make test-under-load  make test with CPU burners beside it (BURNERS=N; default three per core), as on a busy CI machine
+#   make test-other-pythons  the lessons under strict nbval on Python 3.12 and 3.13 (those found), each in .venv/other/3.X;
+#                   a lesson needing a SQLite feature that Python's SQLite lacks is reported SKIPPED with the reason
 
 PYTHON ?= python3
 VENV   := .venv
@@ -31,7 +33,7 @@ STAMP  := $(VENV)/.installed
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root.
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab reset test test-under-load unit nbval notebooks bench soak mutants wheelhouse offline-check test-other-env html browser-test test-postgres clean
+.PHONY: lab reset test test-under-load test-other-pythons unit nbval notebooks bench soak mutants wheelhouse offline-check test-other-env html browser-test test-postgres clean
 
 # The learner's set. scripts/ensure_venv.sh first checks PYTHON (older than 3.11, or missing: make stops
 # with its one line, before any venv is made) and replaces a .venv of another Python, so a failed attempt
@@ -95,6 +97,10 @@ test: $(DEV_STAMP)
 # Every time limit in the tests is meant to hold on a loaded machine; this is how to check it.
 test-under-load: $(DEV_STAMP)
 	bash scripts/under_load.sh $(MAKE) --no-print-directory test
+
+# Every lesson on each other Python the README names (scripts/other_pythons.sh; PYTHONS="3.12 3.13", LESSONS=glob).
+test-other-pythons:
+	bash scripts/other_pythons.sh
 
 unit: $(DEV_STAMP)
 	$(BIN)/python -m pytest tests -n $(UNIT_WORKERS) --dist worksteal

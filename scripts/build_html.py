@@ -24,6 +24,34 @@ reader's rights over that file system's pages. Only the tags, attributes and lin
 links to http(s), mailto or a relative address); anything else is shown as text, never run. A
 style sheet keeps only rules that style (:func:`clean_sheet`).
 
+Every lesson's page has a bar at its top and bottom: the previous lesson, the index, the next
+lesson (``rel="prev"``/``rel="next"``). A lesson's closing "**Next:** 06_single_receipt" becomes a link
+to that page; a notebook whose "Next:" is already a Markdown link to ``06_single_receipt.ipynb`` keeps
+it, pointed at ``06_single_receipt.html`` (as every link to a lesson's .ipynb is); so do the lesson
+names after "Prerequisites:" in each header line, on the page and in the index. The index has a
+search box: ``search-index.js`` holds each page's h1-h3 sections (heading, anchor, the first
+:data:`SEARCH_TEXT_CHARS` characters of text; about 350 kB for the 15 lessons) and ``search.js``
+(about 50 lines, no library, no network) lists the sections holding every word typed, headings first.
+It is a script file setting a global rather than a JSON file, because a page opened from the file
+system may not fetch() one; results are built with textContent, so a lesson's text is never HTML.
+
+Why this script and not Jupyter Book / MyST (measured 2026-12-06, this machine, 2 shared cores):
+- Jupyter Book 1.0.4 (Sphinx 7.4, MyST-NB 1.4) installs beside requirements.txt with no pin changed
+  (``pip install -r requirements.txt "jupyter-book<2"``: 275 s; the venv grows to 716 MB against
+  .venv's 655 MB) and builds the 15 committed lessons without executing them in 7 s (this script:
+  about 50 s, nbconvert once per lesson); its site is 9.6 MB (this one: 5.7 MB with mermaid).
+  It gives navigation and search for free. But as built it misses three things this script does:
+  the diagrams (its ```mermaid blocks stay code, 13 warnings "Pygments lexer name 'mermaid'";
+  drawing them needs sphinxcontrib-mermaid, which loads mermaid from a CDN unless configured), the
+  cleaning of a notebook's own HTML (MyST-NB writes HTML outputs as they are; the tests here plant
+  scripts and handlers that must not run from a page opened from the file system), and the
+  owned-output-folder rules; its pages also link thebe from unpkg.com. Closing those gaps, and
+  adding Sphinx's ~60 MB to the developers' requirements, costs more than the half hour this
+  decision was allowed.
+- Jupyter Book 2 (2.1.7, MyST's Node.js toolchain) needs Node and downloads its site theme when
+  it builds: not a build that works offline, so not measured further.
+So the hand-written builder stays; the navigation and search above are what Jupyter Book would add.
+
 The output folder is the script's own: it writes into a new or empty folder, or one it built
 before (its marker, ``.reading-copy.json``, lists what that build wrote), and then removes only
 those files. A folder holding anything else is refused (exit 2, one line) and left as it was.
@@ -41,6 +69,7 @@ import shutil
 import subprocess
 import sys
 import tarfile
+from html.parser import HTMLParser
 from pathlib import Path
 
 import bleach
@@ -251,6 +280,157 @@ def _link_lessons(body: str, stems: set[str]) -> str:
     return re.sub(r'href="([^"/#:]+)\.ipynb(#[^"]*)?"', swap, body)
 
 
+def _link_next(body: str, stems: set[str]) -> str:
+    """ "Next: 03_durable_checkpoint" written as plain text becomes a link to that page.
+
+    A notebook whose "Next:" is already a Markdown link (``[03_durable_checkpoint](03_durable_checkpoint.ipynb)``)
+    keeps it: :func:`_link_lessons` points it at the page, and the text after "Next:" is then a link, not a name.
+    """
+    def swap(match: re.Match) -> str:
+        return f'{match[1]}<a href="{match[2]}.html">{match[2]}</a>' if match[2] in stems else match[0]
+    return re.sub(r"(Next:(?:</strong>|</b>)?\s*)(\d\d_[A-Za-z0-9_]+)\b", swap, body)
+
+
+def _link_prerequisites(text: str, stems: set[str]) -> str:
+    """The lesson names after "Prerequisites:" (up to the paragraph's end) become links to their pages,
+    unless that list already holds a link (a notebook that writes them as Markdown links)."""
+    def names(match: re.Match) -> str:
+        if "<a " in match[2]:
+            return match[0]
+        linked = re.sub(r"\b(\d\d_[A-Za-z0-9_]+)\b",
+                        lambda name: f'<a href="{name[1]}.html">{name[1]}</a>' if name[1] in stems else name[0], match[2])
+        return match[1] + linked
+    return re.sub(r"(Prerequisites:)(.*?)(?=</p>|<br|</span>|$)", names, text, flags=re.S | re.M)
+
+
+NAV_STYLE = """<style>
+nav.reading-nav { display: flex; gap: 1rem; justify-content: space-between; align-items: baseline;
+  font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; font-size: 0.95rem;
+  max-width: 1100px; margin: 0.8rem auto; padding: 0.4rem 1rem; border: 1px solid #ddd; border-radius: 6px; }
+nav.reading-nav a { text-decoration: none; }
+nav.reading-nav .prev, nav.reading-nav .next { flex: 1; }
+nav.reading-nav .next { text-align: right; }
+</style>"""
+
+
+def navigation(place: str, previous: tuple[str, str] | None, following: tuple[str, str] | None) -> str:
+    """The bar at the top and bottom of a lesson's page: the previous lesson, the index, the next lesson.
+
+    ``previous`` and ``following`` are (page, title) or None at either end of the course.
+    """
+    def link(rel: str, item: tuple[str, str] | None, arrow: str) -> str:
+        if item is None:
+            return f'<span class="{rel}"></span>'
+        text = f"← {html.escape(item[1])}" if arrow == "←" else f"{html.escape(item[1])} →"
+        return f'<a class="{rel}" rel="{rel}" href="{html.escape(item[0])}">{text}</a>'
+    return (f'<nav class="reading-nav {place}" aria-label="lessons">{link("prev", previous, "←")}'
+            f'<a class="index" href="index.html">All lessons (index)</a>{link("next", following, "→")}</nav>')
+
+
+def add_navigation(body: str, previous: tuple[str, str] | None, following: tuple[str, str] | None) -> str:
+    body = body.replace("</head>", NAV_STYLE + "\n</head>", 1)
+    body = re.sub(r"(<body[^>]*>)", lambda m: m[1] + "\n" + navigation("top", previous, following), body, count=1)
+    head, _, tail = body.rpartition("</body>")
+    return head + navigation("bottom", previous, following) + "\n</body>" + tail
+
+
+class _Sections(HTMLParser):
+    """A page's text cut at its headings (h1-h3 with an id): what the search looks through."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.sections: list[dict[str, str]] = []
+        self._skipping: tuple[str, int] | None = None  # (tag, depth) of a script, style or heading's pilcrow
+        self._heading: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        if self._skipping:
+            if tag == self._skipping[0]:
+                self._skipping = (tag, self._skipping[1] + 1)
+        elif tag in ("script", "style") or (tag == "a" and ("class", "anchor-link") in attrs):
+            self._skipping = (tag, 1)
+        elif tag in ("h1", "h2", "h3") and dict(attrs).get("id"):
+            self._heading = tag
+            self.sections.append({"anchor": dict(attrs)["id"] or "", "heading": "", "text": ""})
+
+    def handle_endtag(self, tag):
+        if self._skipping:
+            if tag == self._skipping[0]:
+                self._skipping = (tag, self._skipping[1] - 1) if self._skipping[1] > 1 else None
+        elif tag == self._heading:
+            self._heading = None
+
+    def handle_data(self, data):
+        if self._skipping or not self.sections:
+            return
+        self.sections[-1]["heading" if self._heading else "text"] += data
+
+
+def search_entries(page: str, title: str, body: str) -> list[dict[str, str]]:
+    """The page's sections for the search: page, lesson title, heading, anchor and text (spaces squeezed)."""
+    parser = _Sections()
+    parser.feed(body)
+    entries = []
+    for section in parser.sections:
+        text = re.sub(r"\s+", " ", section["text"]).strip()[:SEARCH_TEXT_CHARS]
+        entries.append({"page": page, "title": title, "heading": re.sub(r"\s+", " ", section["heading"]).strip(),
+                        "anchor": section["anchor"], "text": text})
+    return entries
+
+
+#: The characters of each section's text the search index keeps (the start of a section says what it is about).
+SEARCH_TEXT_CHARS = 3000
+
+# The search on the index page: no network, no library. The index (search-index.js, beside the pages)
+# is a classic script that sets a global, because a page opened from the file system may not fetch()
+# a JSON file. Results are built with textContent only: a lesson's text is never read as HTML.
+SEARCH_JS = """\
+(function () {
+  "use strict";
+  var box = document.getElementById("search");
+  var list = document.getElementById("search-results");
+  var sections = window.READING_COPY_SEARCH || [];
+  function snippet(text, word) {
+    var at = text.toLowerCase().indexOf(word);
+    if (at < 0) { return text.slice(0, 160); }
+    var start = Math.max(0, at - 60);
+    return (start > 0 ? "\\u2026" : "") + text.slice(start, at + 100) + "\\u2026";
+  }
+  function search() {
+    var words = box.value.toLowerCase().split(/\\s+/).filter(function (w) { return w.length > 1; });
+    list.textContent = "";
+    if (words.length === 0) { return; }
+    var found = [];
+    sections.forEach(function (s) {
+      var heading = (s.title + " " + s.heading).toLowerCase();
+      var all = heading + " " + s.text.toLowerCase();
+      if (!words.every(function (w) { return all.indexOf(w) >= 0; })) { return; }
+      var score = words.reduce(function (n, w) { return n + (heading.indexOf(w) >= 0 ? 10 : 1); }, 0);
+      found.push({s: s, score: score});
+    });
+    found.sort(function (a, b) { return b.score - a.score; });
+    found.slice(0, 30).forEach(function (hit) {
+      var item = document.createElement("li");
+      var link = document.createElement("a");
+      link.href = hit.s.page + "#" + hit.s.anchor;  // nbconvert writes the ids already escaped
+      link.textContent = hit.s.title + " \\u203a " + hit.s.heading;
+      var text = document.createElement("div");
+      text.className = "snippet";
+      text.textContent = snippet(hit.s.text, words[0]);
+      item.appendChild(link);
+      item.appendChild(text);
+      list.appendChild(item);
+    });
+    var count = document.getElementById("search-count");
+    count.textContent = found.length === 0 ? "Nothing found." :
+      found.length + " section" + (found.length === 1 ? "" : "s") + (found.length > 30 ? " (first 30 shown)" : "");
+  }
+  box.addEventListener("input", search);
+  if (box.value) { search(); }
+}());
+"""
+
+
 INDEX = """\
 <!DOCTYPE html>
 <html lang="en">
@@ -263,20 +443,33 @@ body {{ font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; m
        margin: 2rem auto; padding: 0 1rem; line-height: 1.5; color: #1b1b1b; }}
 ol.lessons {{ padding-left: 0; list-style: none; }}
 ol.lessons li {{ margin: 0 0 1.1rem; }}
-ol.lessons a {{ font-size: 1.15rem; font-weight: 600; }}
+ol.lessons a.lesson {{ font-size: 1.15rem; font-weight: 600; }}
 .header {{ color: #444; font-size: 0.95rem; }}
 code {{ font-size: 0.9em; background: #f3f3f3; padding: 0 0.2em; }}
 footer {{ margin-top: 2rem; color: #555; font-size: 0.85rem; }}
+div.search {{ margin: 1rem 0 1.5rem; }}
+div.search input {{ font-size: 1rem; padding: 0.3rem 0.5rem; width: 22rem; max-width: 100%; }}
+#search-count {{ color: #555; margin-left: 0.5rem; }}
+#search-results li {{ margin: 0.4rem 0; }}
+#search-results .snippet {{ color: #444; font-size: 0.9rem; }}
 </style>
 </head>
 <body>
 <h1>{title}</h1>
 <p>The lessons as committed, with the outputs of their last run, to read before running them.
 To run them yourself, clone the repository and type <code>make lab</code>.</p>
+<div class="search" role="search">
+<label for="search">Search the lessons:</label>
+<input id="search" type="search" autocomplete="off" placeholder="e.g. lease, receipt, compare-and-set">
+<span id="search-count"></span>
+<ol id="search-results"></ol>
+</div>
 <ol class="lessons">
 {items}
 </ol>
 <footer>{footer}</footer>
+<script src="search-index.js"></script>
+<script src="search.js"></script>
 </body>
 </html>
 """
@@ -353,7 +546,8 @@ def build(out: Path, notebooks: Path = NOTEBOOKS) -> list[Path]:
         raise Refused(f"--notebooks {notebooks}: no [0-9]*.ipynb to build")
 
     tarball = fetch_mermaid()
-    planned = [MARKER, *(f"{path.stem}.html" for path in paths), "index.html", "build-info.json"]
+    planned = [MARKER, *(f"{path.stem}.html" for path in paths), "index.html", "search-index.js", "search.js",
+               "build-info.json"]
     if tarball is not None:
         planned += [f"{MERMAID_DIR}/mermaid.min.js", f"{MERMAID_DIR}/LICENSE"]
     make_room(out, planned)
@@ -381,9 +575,11 @@ def build(out: Path, notebooks: Path = NOTEBOOKS) -> list[Path]:
         filters={"clean_html": clean_html},
     )
     stems = {path.stem for path in paths}
-    items, written = [], []
-    for path in paths:
-        notebook = nbformat.read(path, as_version=4)
+    notebooks_read = [nbformat.read(path, as_version=4) for path in paths]
+    titles = [(f"{path.stem}.html", title_and_header(notebook, path.stem)[0])
+              for path, notebook in zip(paths, notebooks_read, strict=True)]
+    items, written, entries = [], [], []
+    for number, (path, notebook) in enumerate(zip(paths, notebooks_read, strict=True)):
         math = uses_math(notebook)
         if math:
             print(f"warning: {path.name} uses TeX math: its page loads MathJax from a CDN", file=sys.stderr)
@@ -396,15 +592,20 @@ def build(out: Path, notebooks: Path = NOTEBOOKS) -> list[Path]:
             },
         )
         page = out / f"{path.stem}.html"
-        write_new(page, _link_lessons(_escape_mermaid_sources(body), stems))
+        body = _link_prerequisites(_link_next(_link_lessons(_escape_mermaid_sources(body), stems), stems), stems)
+        previous = titles[number - 1] if number > 0 else None
+        following = titles[number + 1] if number + 1 < len(titles) else None
+        write_new(page, add_navigation(body, previous, following))
         written.append(page)
         title, header = title_and_header(notebook, path.stem)
+        entries += search_entries(page.name, title, body)
         diagrams_here = sum(source.count("```mermaid") for source in _markdown_sources(notebook))
         print(f"{page.relative_to(ROOT) if ROOT in page.parents else page}: {title} "
               f"({diagrams_here} diagram{'s' * (diagrams_here != 1)})")
         items.append(
-            f'<li><a href="{html.escape(page.name)}">{html.escape(title)}</a>'
-            f'<br><span class="header">{clean_html(_inline_markdown(header)) if header else ""}</span></li>'
+            f'<li><a class="lesson" href="{html.escape(page.name)}">{html.escape(title)}</a>'
+            f'<br><span class="header">{_link_prerequisites(clean_html(_inline_markdown(header)), stems) if header else ""}'
+            '</span></li>'
         )
 
     write_new(
@@ -415,6 +616,9 @@ def build(out: Path, notebooks: Path = NOTEBOOKS) -> list[Path]:
             footer=html.escape(f"Built from notebooks/ by scripts/build_html.py; {diagrams}."),
         ),
     )
+    # json.dumps escapes no "</": harmless in a .js file, which no HTML parser reads.
+    write_new(out / "search-index.js", "window.READING_COPY_SEARCH = " + json.dumps(entries, ensure_ascii=True) + ";\n")
+    write_new(out / "search.js", SEARCH_JS)
     write_new(
         out / "build-info.json",
         json.dumps({"mermaid": MERMAID_VERSION if script else None, "offline_diagrams": bool(script),

@@ -29,6 +29,7 @@ from ..receipts import find_receipt_txn
 from ..steps import Step
 from ..store import connect, connect_readonly, find_run_txn, latest_time_txn, load_evidence_txn
 from .processes import ChildOutcome, child_env
+from .sqlite_check import require_for
 from .workspace import Workspace
 
 #: The three questions, in the words every lesson uses.
@@ -157,6 +158,9 @@ def start(lesson: str) -> Workspace:
     sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]  # None makes the import fail
     _DEFINED_BY.clear()
     _install_cell_order_handler()
+    # A lesson that needs a SQLite feature this Python lacks (lesson 14 on Python 3.12+ with SQLite
+    # before 3.42) stops here with one line, not eight cells later with DBOS's NULL timestamps.
+    require_for(lesson)
     return Workspace.create(lesson)
 
 

@@ -15,7 +15,9 @@ idle, and checks what a learner would see:
 A screenshot of each whole notebook goes to build/screenshots/<notebook>.png, and one of each
 diagram beside it. The last test builds the reading copy with its one command
 (scripts/build_html.py), opens its index.html from the file system with every request beyond this
-machine refused, follows the link to each lesson and checks that its diagrams are drawn there too.
+machine refused, searches from its search box, then follows the first lesson's link and each
+page's "next" link through every lesson in order, checking each page's navigation (previous, index,
+next, and its "Next:" line as a link) and that its diagrams are drawn there too.
 """
 
 from __future__ import annotations
@@ -29,6 +31,11 @@ from pathlib import Path
 
 import pytest
 from browserlab import NOTEBOOKS, RESULTS, ROOT, SCREENSHOTS, JupyterLab, unavailable
+
+try:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+except ImportError:  # without Playwright the browser fixture skips (or, in CI, fails) with the reason
+    PlaywrightTimeout = TimeoutError  # type: ignore[misc, assignment]
 
 LESSONS = sorted(NOTEBOOKS.glob("[0-9]*.ipynb"))
 RUN_TIMEOUT_S = 300
@@ -130,6 +137,18 @@ DIAGRAMS_SETTLED_JS = """
 """
 
 
+# The notebook's tab, found by its label, carries no "unsaved changes" mark (and has a label at all).
+SAVED_JS = """
+(name) => {
+  const tabs = [...document.querySelectorAll('.lm-DockPanel-tabBar .lm-TabBar-tab')]
+    .filter(t => (t.querySelector('.lm-TabBar-tabLabel') || {}).textContent === name);
+  return tabs.length === 1 && !tabs[0].classList.contains('jp-mod-dirty');
+}
+"""
+SAVE_ATTEMPTS = 3
+SAVE_TIMEOUT_MS = 60_000
+
+
 def _menu(page, menu: str, command: str) -> None:
     """Open a menu of JupyterLab's menu bar and click the item that runs the given command."""
     page.locator(".lm-MenuBar-item", has_text=re.compile(rf"^{menu}$")).click()
@@ -147,7 +166,8 @@ def _whole_notebook_screenshot(page, path: Path) -> None:
     page.evaluate("""() => { const s = document.querySelector('.jp-NotebookPanel .jp-WindowedPanel-outer') ||
                                      document.querySelector('.jp-NotebookPanel-notebook');
                              s.scrollTop = 0; }""")
-    page.wait_for_timeout(500)
+    # Two animation frames: the page has laid itself out at the new size and painted it.
+    page.evaluate("() => new Promise(done => requestAnimationFrame(() => requestAnimationFrame(done)))")
     page.screenshot(path=str(path))
 
 
@@ -208,18 +228,24 @@ def test_notebook_runs_in_jupyterlab(lesson: Path, jupyterlab: JupyterLab, offli
                 problems.append(f"cell {index}: diagram {number} is not drawn as an SVG picture: {diagram['text']!r}")
 
     # Save from the File menu and read what JupyterLab wrote: which outputs are errors, and their names.
-    _menu(page, "File", "docmanager:save")
+    # Wait for what the page shows, not for a time: the notebook's tab loses its "unsaved changes" mark
+    # (jp-mod-dirty) once the server has written the file. Under load a click can land while the menu
+    # is still opening; then the tab stays marked, and Save is chosen again.
     saved_path = jupyterlab.root / lesson.name
     shown_counts = [int(p[1:-2]) if re.fullmatch(r"\[\d+\]:", p) else None for p in counts]
-    deadline = time.monotonic() + 30
-    while True:
-        saved = _notebook(saved_path)
-        if [c.get("execution_count") for c in saved["cells"] if c["cell_type"] == "code"] == shown_counts:
+    if page.evaluate(SAVED_JS, lesson.name):  # else a finished save could not be told from none
+        problems.append(f"after Run All the tab of {lesson.name} shows no unsaved changes (jp-mod-dirty)")
+    for attempt in range(1, SAVE_ATTEMPTS + 1):
+        _menu(page, "File", "docmanager:save")
+        try:
+            page.wait_for_function(SAVED_JS, arg=lesson.name, timeout=SAVE_TIMEOUT_MS)
             break
-        if time.monotonic() > deadline:
-            problems.append("the notebook JupyterLab saved does not hold the execution counts the page shows")
-            break
-        time.sleep(0.25)
+        except PlaywrightTimeout:
+            if attempt == SAVE_ATTEMPTS:
+                problems.append(f"after {SAVE_ATTEMPTS} saves the tab of {lesson.name} still shows unsaved changes")
+    saved = _notebook(saved_path)
+    if [c.get("execution_count") for c in saved["cells"] if c["cell_type"] == "code"] != shown_counts:
+        problems.append("the notebook JupyterLab saved does not hold the execution counts the page shows")
     names_now, names_committed = error_names(saved), error_names(committed)
     for index in sorted(set(names_now) | set(names_committed)):
         if index not in tagged and names_now.get(index):
@@ -268,6 +294,17 @@ READING_JS = """
 """
 
 
+NAV_JS = """
+() => ({
+  index: [...document.querySelectorAll('nav.reading-nav a.index')].map(a => a.getAttribute('href')),
+  prev: [...document.querySelectorAll('nav.reading-nav a[rel=prev]')].map(a => a.getAttribute('href')),
+  next: [...document.querySelectorAll('nav.reading-nav a[rel=next]')].map(a => a.getAttribute('href')),
+  nextLine: (() => { const s = [...document.querySelectorAll('strong')].find(e => e.textContent.trim() === 'Next:');
+                     const a = s && s.nextElementSibling; return a && a.tagName === 'A' ? a.getAttribute('href') : null; })(),
+})
+"""
+
+
 def test_reading_copy_offline(offline_context) -> None:
     context, guard = offline_context
     started = time.perf_counter()
@@ -286,7 +323,7 @@ def test_reading_copy_offline(offline_context) -> None:
     page_errors: list[str] = []
     page.on("pageerror", lambda error: page_errors.append(str(error)))
     page.goto((out / "index.html").as_uri())
-    links = page.locator("ol.lessons li a")
+    links = page.locator("ol.lessons li a.lesson")
     listed = [links.nth(i).get_attribute("href") for i in range(links.count())]
     assert listed == [f"{p.stem}.html" for p in LESSONS], "index.html does not list every lesson, in order"
     headers = page.locator("ol.lessons li .header").all_inner_texts()
@@ -294,14 +331,29 @@ def test_reading_copy_offline(offline_context) -> None:
     page.screenshot(path=str(SCREENSHOTS / "reading-copy.index.png"), full_page=True)
 
     problems: list[str] = []
+    # The search box: a word typed lists sections; the first result opens its lesson at that heading.
+    page.locator("#search").fill("fencing token")
+    page.wait_for_function("() => document.querySelectorAll('#search-results li a').length > 0", timeout=10_000)
+    hits = page.locator("#search-results li a")
+    first_hit = hits.first.get_attribute("href") or ""
+    if not re.fullmatch(r"\d\d_\w+\.html#.+", first_hit):
+        problems.append(f"search: the first result for 'fencing token' is {first_hit!r}, not a lesson's section")
+    page.screenshot(path=str(SCREENSHOTS / "reading-copy.search.png"))
+    hits.first.click()
+    page.wait_for_url(f"**/{first_hit.split('#')[0]}*")
+    anchor = first_hit.split("#", 1)[1]
+    if not page.evaluate("(a) => { const e = document.getElementById(decodeURIComponent(a)) || "
+                         "document.getElementById(a); return !!e && e.getBoundingClientRect().top < innerHeight; }", anchor):
+        problems.append(f"search: {first_hit} did not open at its heading")
+
+    # From the index, the first lesson; then "next" (the bar at the top) through every lesson, in order.
+    page.goto((out / "index.html").as_uri())
+    page.locator("ol.lessons li a.lesson").first.click()
     for number, lesson in enumerate(LESSONS):
-        page.goto((out / "index.html").as_uri())
-        page.locator("ol.lessons li a").nth(number).click()
         page.wait_for_url(f"**/{lesson.stem}.html")
         expected = sum(mermaid_blocks(_notebook(lesson)))
-        page.wait_for_function("(n) => document.querySelectorAll('.jp-RenderedMermaid').length >= n", arg=expected,
-                               timeout=30_000)
-        page.wait_for_timeout(200)
+        # Wait for what the page shows: every diagram settled (drawn, or mermaid's error box), never a fixed time.
+        page.wait_for_function(DIAGRAMS_SETTLED_JS, arg=expected, timeout=30_000)
         seen = page.evaluate(READING_JS)
         if seen["blocks"] != expected or seen["drawn"] != expected or seen["warnings"]:
             problems.append(f"{lesson.stem}.html: {expected} mermaid blocks, {seen['blocks']} on the page, "
@@ -309,9 +361,20 @@ def test_reading_copy_offline(offline_context) -> None:
         if seen["sources"] != mermaid_sources(_notebook(lesson)):
             problems.append(f"{lesson.stem}.html: the diagrams' source as mermaid reads it differs from the notebook's "
                             f"```mermaid blocks: {seen['sources']}")
+        nav = page.evaluate(NAV_JS)
+        wanted_prev = f"{LESSONS[number - 1].stem}.html" if number else None
+        wanted_next = f"{LESSONS[number + 1].stem}.html" if number + 1 < len(LESSONS) else None
+        if nav != {"index": ["index.html"] * 2, "prev": [wanted_prev] * 2 if wanted_prev else [],
+                   "next": [wanted_next] * 2 if wanted_next else [], "nextLine": wanted_next}:
+            problems.append(f"{lesson.stem}.html: navigation {nav}; wanted previous {wanted_prev}, next {wanted_next}")
+        page.screenshot(path=str(SCREENSHOTS / f"reading-copy.{lesson.stem}.png"))
         drawn = page.locator(".jp-RenderedMermaid")
         for k in range(drawn.count()):
             drawn.nth(k).screenshot(path=str(SCREENSHOTS / f"reading-copy.{lesson.stem}.diagram-{k + 1}.png"))
+        if wanted_next:
+            page.locator("nav.reading-nav.top a.next").click()
+    page.locator("nav.reading-nav.bottom a.index").click()
+    page.wait_for_url("**/index.html")
     page.close()
     if guard.refused:
         problems.append(f"the reading copy asked for something beyond this machine: {sorted(set(guard.refused))}")

@@ -152,7 +152,12 @@ def test_scripts_handlers_and_javascript_links_in_a_notebook_never_reach_the_rea
     body_styles = page.styles[len(control.styles):]
     assert body_styles and not any(word in sheet for sheet in body_styles for word in ("@import", "url(", "</"))
     index = Page((out / "index.html").read_text(encoding="utf-8"))
-    assert index.scripts == [] and [name for _, attrs in index.elements for name in attrs if name.startswith("on")] == []
+    # The index runs only the search: two files the script writes, no inline code, no handler.
+    assert index.scripts == [((("src", "search-index.js"),), ""), ((("src", "search.js"),), "")]
+    assert [name for _, attrs in index.elements for name in attrs if name.startswith("on")] == []
+    search = (out / "search.js").read_text()
+    assert "innerHTML" not in search and "eval(" not in search and "fetch(" not in search
+    assert "alert(" not in (out / "search-index.js").read_text().split("=", 1)[0]
 
 
 def test_what_a_lesson_needs_still_renders_after_cleaning(hostile):
@@ -169,9 +174,17 @@ def test_what_a_lesson_needs_still_renders_after_cleaning(hostile):
     assert "td { color: red }" in sheet
 
 
-def test_the_lessons_pages_keep_their_tables_styles_and_diagrams(tmp_path):
-    done = build(tmp_path / "html")
+@pytest.fixture(scope="module")
+def lessons_built(tmp_path_factory) -> Path:
+    """The reading copy of the committed lessons, built once for the tests that read it."""
+    out = tmp_path_factory.mktemp("lessons") / "html"
+    done = build(out)
     assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_the_lessons_pages_keep_their_tables_styles_and_diagrams(lessons_built):
+    tmp_path = lessons_built.parent
     for lesson in LESSONS:
         notebook = nbformat.read(lesson, as_version=4)
         outputs = [output.get("data", {}) for cell in notebook.cells for output in cell.get("outputs", [])]
@@ -182,7 +195,107 @@ def test_the_lessons_pages_keep_their_tables_styles_and_diagrams(tmp_path):
         assert len([a for a in page.named("pre") if a.get("class") == "mermaid"]) == diagrams, lesson.name
         assert [a for a in page.named("h1")], lesson.name
     explorer = Page((tmp_path / "html" / "12_crash_explorer.html").read_text(encoding="utf-8"))
-    assert any("background-color: #bbf7d0" in sheet for sheet in explorer.styles), "the heat map lost its colours"
+    # The heat map is a matplotlib figure now (a PNG beside its compared table): it must reach the page.
+    assert any((img.get("src") or "").startswith("data:image/png;base64,") for img in explorer.named("img")), \
+        "the heat map's figure is not on the page"
+
+
+# --------------------------------------------------------------------------- navigation and search
+
+
+def _relative_links(page: Page) -> list[str]:
+    return [a.get("href") or "" for a in page.named("a") if not scheme(a.get("href") or "") and a.get("href")]
+
+
+def test_every_link_between_pages_resolves_to_a_page_and_an_anchor_on_it(lessons_built):
+    out = lessons_built
+    pages = {path.name: Page(path.read_text(encoding="utf-8")) for path in out.glob("*.html")}
+    assert set(pages) == {"index.html", *(f"{lesson.stem}.html" for lesson in LESSONS)}
+    broken = []
+    for name, page in pages.items():
+        for href in _relative_links(page):
+            target, _, anchor = href.partition("#")
+            target = target or name
+            if target not in pages:
+                broken.append(f"{name}: {href} (no such page)")
+            elif anchor and anchor not in {attrs.get("id") for _, attrs in pages[target].elements}:
+                broken.append(f"{name}: {href} (no such anchor)")
+    assert broken == []
+    assert not any(".ipynb" in href for page in pages.values() for href in _relative_links(page))
+
+
+def _nav(page: Page, rel: str) -> list[str]:
+    return [a.get("href") or "" for a in page.named("a") if a.get("rel") == rel]
+
+
+def test_previous_and_next_chain_every_lesson_in_order_and_every_page_links_the_index(lessons_built):
+    out = lessons_built
+    expected = [f"{lesson.stem}.html" for lesson in LESSONS]
+    forward, current = [], expected[0]
+    while current and len(forward) <= len(expected):
+        forward.append(current)
+        following = _nav(Page((out / current).read_text(encoding="utf-8")), "next")
+        assert len(set(following)) <= 1 and len(following) in (0, 2), (current, following)  # top and bottom bars
+        current = following[0] if following else ""
+    assert forward == expected, "next links do not visit every lesson in order"
+    backward, current = [], expected[-1]
+    while current and len(backward) <= len(expected):
+        backward.append(current)
+        previous = _nav(Page((out / current).read_text(encoding="utf-8")), "prev")
+        current = previous[0] if previous else ""
+    assert backward == expected[::-1], "previous links do not go back through every lesson"
+    for name in expected:
+        page = Page((out / name).read_text(encoding="utf-8"))
+        assert [a.get("href") for a in page.named("a") if a.get("class") == "index"] == ["index.html"] * 2, name
+    index = Page((out / "index.html").read_text(encoding="utf-8"))
+    listed = [a.get("href") for a in index.named("a") if a.get("class") == "lesson"]
+    assert listed == expected, "the index does not link every lesson in order"
+
+
+def test_each_next_line_links_the_next_lesson(lessons_built):
+    for lesson, following in zip(LESSONS, LESSONS[1:], strict=False):
+        text = (lessons_built / f"{lesson.stem}.html").read_text(encoding="utf-8")
+        found = re.search(r"Next:(?:</strong>)?\s*<a href=\"([^\"]+)\"", text)
+        assert found and found[1] == f"{following.stem}.html", f"{lesson.name}: its 'Next:' is not a link to {following.stem}"
+
+
+def test_a_next_line_written_as_text_or_as_a_markdown_link_becomes_one_link(tmp_path):
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    for stem, last in (("01_a", "**Next:** 02_b, in plain text."), ("02_b", "**Next:** [03_c](03_c.ipynb), a link."),
+                       ("03_c", "**Next:** 99_not_a_lesson stays text.")):
+        prerequisites = " · Prerequisites: 01_a, 02_b, 99_not_a_lesson" if stem == "03_c" else ""
+        cells = [new_markdown_cell(f"# {stem}\nReading 1 min · Exercises 0 min{prerequisites}"), new_markdown_cell(last)]
+        nbformat.write(new_notebook(cells=cells), notebooks / f"{stem}.ipynb")
+    done = build(tmp_path / "html", "--notebooks", notebooks)
+    assert done.returncode == 0, done.stderr
+    for stem, target in (("01_a", "02_b"), ("02_b", "03_c")):
+        page = Page((tmp_path / "html" / f"{stem}.html").read_text(encoding="utf-8"))
+        body_links = [a.get("href") for a in page.named("a") if not a.get("rel") and a.get("class") != "index"
+                      and a.get("class") != "anchor-link"]
+        assert body_links == [f"{target}.html"], (stem, body_links)
+    assert "99_not_a_lesson stays text" in (tmp_path / "html" / "03_c.html").read_text(encoding="utf-8")
+    # The header's prerequisites link their pages, on the lesson's page and in the index.
+    for name in ("03_c.html", "index.html"):
+        page = Page((tmp_path / "html" / name).read_text(encoding="utf-8"))
+        hrefs = [a.get("href") for a in page.named("a")]
+        assert "01_a.html" in hrefs and "02_b.html" in hrefs and "99_not_a_lesson.html" not in hrefs, (name, hrefs)
+
+
+def test_the_search_index_holds_every_lesson_s_sections_with_anchors_that_exist(lessons_built):
+    out = lessons_built
+    text = (out / "search-index.js").read_text(encoding="utf-8")
+    prefix = "window.READING_COPY_SEARCH = "
+    assert text.startswith(prefix) and text.rstrip().endswith(";")
+    entries = json.loads(text[len(prefix):].rstrip().rstrip(";"))
+    assert {entry["page"] for entry in entries} == {f"{lesson.stem}.html" for lesson in LESSONS}
+    ids = {name: {attrs.get("id") for _, attrs in Page((out / name).read_text(encoding="utf-8")).elements}
+           for name in {entry["page"] for entry in entries}}
+    assert all(entry["anchor"] in ids[entry["page"]] for entry in entries)
+    assert all(entry["heading"] and entry["title"] for entry in entries)
+    lease = [entry for entry in entries if "fencing" in (entry["heading"] + entry["text"]).lower()]
+    assert any(entry["page"].startswith("10_") for entry in lease)
+    assert len(text) < 2_000_000, "the search index grew past 2 MB"
 
 
 # --------------------------------------------------------------------------- the output folder
