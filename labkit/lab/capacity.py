@@ -66,7 +66,7 @@ from ..jsontext import canonical_json, sha256_hex
 from ..provider import ReferenceProvider, list_incidents
 from ..receipts import issue_receipt_txn, receipt_id_for
 from ..report import build_report
-from ..retention import database_bytes, retain_txn
+from ..retention import KEPT, database_bytes, diagnostic_of, retain_txn
 from ..rules import REFERENCE_PROVIDER
 from ..steps import Step
 from ..store import TABLES, Evidence, advance_txn, connect, connect_readonly, create_run_txn, store_evidence_txn
@@ -1035,13 +1035,11 @@ def beyond_the_summary(db: str | Path, incident: str) -> str:
     reference and checked against its digest; or, once retention removed it, that only the
     summary is left.
     """
-    from ..retention import KEPT, diagnostic_of
-
     found = diagnostic_of(db, incident)
     if found.state != KEPT or found.text is None:
         by = f" by retention {found.removed_by}" if found.removed_by is not None else ""
         return f"{found.state}{by}: only the summary is left"
-    with closing(sqlite3.connect(f"file:{Path(db)}?mode=ro", uri=True)) as conn:
+    with closing(connect_readonly(db)) as conn:
         summary = json.loads(conn.execute("SELECT body FROM evidence WHERE incident = ?", (incident,)).fetchone()[0])
     only_raw = sorted(set(json.loads(found.text)) - set(summary))
     return f"the raw diagnostic, digest checked: {', '.join(only_raw)}"
@@ -1049,8 +1047,6 @@ def beyond_the_summary(db: str | Path, incident: str) -> str:
 
 def a_marker_of(db: str | Path, incident: str, size: int = 40) -> bytes:
     """``size`` bytes of ``incident``'s raw diagnostic that occur once in the database's files: what to search for."""
-    from ..retention import diagnostic_of
-
     text = diagnostic_of(db, incident).text
     if text is None:
         raise ValueError(f"{incident} has no raw diagnostic kept")

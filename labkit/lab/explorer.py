@@ -39,13 +39,13 @@ import signal
 import stat
 import time
 from collections.abc import Callable, Sequence
-from contextlib import closing, suppress
+from contextlib import closing, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .. import contract
+from .. import contract, database
 from ..children import ChildEnd, collect, end_of, first_line, fork, in_child
 from ..clock import ManualClock
 from ..coordinator import Coordinator
@@ -721,10 +721,6 @@ class _SqliteSteps:
 
     def install(self) -> None:
         """Hook labkit's connections and commits (in this child only: the parent never calls this)."""
-        from contextlib import contextmanager
-
-        from .. import database
-
         connect_raw, atomic = database._connect, database._atomic
 
         def counted_connect(target: str, *, uri: bool):
