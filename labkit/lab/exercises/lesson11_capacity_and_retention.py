@@ -201,7 +201,7 @@ def check_retention_selection(due: Callable, seed: int | None = None) -> None:
             raise AssertionError("write it yourself: your selection's SQL holds labkit's own condition "
                                  "(labkit.retention._UNFINISHED_SQL), which already does the job (and is what the check compares with)")
         removed = sorted(set(roles) - set(trial.kept))
-        for incident in removed:
+        for incident in sorted(removed, key=lambda incident: ROLES.index(roles[incident])):  # the same first hint every deal
             role = roles[incident]
             if role not in DUE_ROLES:
                 hint = {
