@@ -85,8 +85,9 @@ def _generated_answers(log: Path, chance: random.Random) -> tuple[list[tuple[str
 
     Honest: a shipped incident's valid answer with ``messages`` and one of the other two
     counts raised by the same random amount, so they still agree but differ from what the
-    reference provider says. Contradicting: one count changed alone, by a random amount,
-    each count in range; each is labelled by what is wrong (``"too many"`` or ``"too few"``
+    reference provider says. Contradicting: one count changed alone, by a random amount (or
+    all three by one amount: each part alone still fits in ``messages``, only their sum does
+    not), each count in range; each is labelled by what is wrong (``"too many"`` or ``"too few"``
     messages), never by its values.
     """
     incidents = list_incidents()
@@ -96,11 +97,13 @@ def _generated_answers(log: Path, chance: random.Random) -> tuple[list[tuple[str
         delta = chance.randint(1, 5000)
         honest.append((incident, _answer_with(incident, log, {"messages": delta, other: delta})[1]))
     hostile: list[tuple[str, str, bytes]] = []
-    for what in ("too many", "too few", "too few"):
+    for what in ("too many", "too few", "too few", "too few"):
         incident = chance.choice(incidents)
         delta = chance.randint(1, 5000)
         if what == "too many":
             change = {"messages": delta}
+        elif len(hostile) == 3:  # each part alone fits in messages, only their sum does not: no shortcut but the sum
+            change = {"messages": delta, "messages_ready": delta, "messages_unacknowledged": delta}
         elif len(hostile) == 1:
             change = {chance.choice(COUNTS[1:]): delta}  # ready or unacknowledged raised alone
         else:

@@ -57,7 +57,7 @@ def dealt_cases(chance: random.Random) -> tuple[dict[str, str], ...]:
     learnt the ids from the feedback (which names them) cannot pass the next try.
     """
     incidents = list_incidents()
-    return tuple(dict(zip(chance.sample(incidents, len(ROLES)), chance.sample(ROLES, len(ROLES)))) for _ in range(2))
+    return tuple(dict(zip(chance.sample(incidents, len(ROLES)), chance.sample(ROLES, len(ROLES)), strict=True)) for _ in range(2))
 
 
 #: The roles whose raw diagnostic a correct selection removes.
