@@ -113,3 +113,50 @@ def test_a_name_built_at_run_time_is_caught_while_the_answer_runs_and_labkits_ow
     with watching_labkit("why_not") as calls:
         honest(None, "INC-1", None, 2)
     refuse_if_called(calls)
+
+
+import contextlib  # noqa: E402
+import types  # noqa: E402 - the shortcuts below are a learner's, kept beside their tests
+
+copied = types.FunctionType(labkit.versioning.why_not.__code__, globals())
+KEPT = {"rule": labkit.versioning.why_not}
+
+
+class Rules:
+    rule = staticmethod(labkit.versioning.why_not)
+
+
+def through_a_dict(*args):
+    return KEPT["rule"](*args)
+
+
+def through_a_class(*args):
+    return Rules.rule(*args)
+
+
+def test_labkits_code_copied_into_a_new_function_is_refused():
+    with pytest.raises(AssertionError, match="copied into a new function"):
+        own_work(copied, "why_not")
+
+
+@pytest.mark.parametrize("answer", [through_a_dict, through_a_class], ids=["kept in a dict", "kept in a class"])
+def test_labkits_rule_kept_where_the_guard_does_not_look_is_caught_while_it_runs(answer):
+    own_work(answer, "why_not")  # a dict's value or a class's attribute is not followed by name
+    with watching_labkit("why_not") as calls:
+        with contextlib.suppress(Exception):
+            answer(None, "INC-1", None, 2)  # whatever labkit's rule makes of it, its call is seen
+    with pytest.raises(AssertionError, match="labkit.versioning.why_not"):
+        refuse_if_called(calls)
+
+
+def test_a_checks_own_helper_called_by_the_answer_is_caught():
+    from labkit.lab.exercises import lesson07_evidence_contract as checks
+
+    def answer():
+        return checks.prediction_answers(b'{"diagnosis": {}}')
+
+    with watching_labkit() as calls:
+        with contextlib.suppress(Exception):
+            answer()
+    with pytest.raises(AssertionError, match="the check's own code"):
+        refuse_if_called(calls)

@@ -85,8 +85,9 @@ def _generated_answers(log: Path, chance: random.Random) -> tuple[list[tuple[str
 
     Honest: a shipped incident's valid answer with ``messages`` and one of the other two
     counts raised by the same random amount, so they still agree but differ from what the
-    reference provider says. Contradicting: one count changed alone, by a random amount,
-    each count in range; each is labelled by what is wrong (``"too many"`` or ``"too few"``
+    reference provider says. Contradicting: one count changed alone, by a random amount (or
+    all three by one amount: each part alone still fits in ``messages``, only their sum does
+    not), each count in range; each is labelled by what is wrong (``"too many"`` or ``"too few"``
     messages), never by its values.
     """
     incidents = list_incidents()
@@ -96,11 +97,13 @@ def _generated_answers(log: Path, chance: random.Random) -> tuple[list[tuple[str
         delta = chance.randint(1, 5000)
         honest.append((incident, _answer_with(incident, log, {"messages": delta, other: delta})[1]))
     hostile: list[tuple[str, str, bytes]] = []
-    for what in ("too many", "too few", "too few"):
+    for what in ("too many", "too few", "too few", "too few"):
         incident = chance.choice(incidents)
         delta = chance.randint(1, 5000)
         if what == "too many":
             change = {"messages": delta}
+        elif len(hostile) == 3:  # each part alone fits in messages, only their sum does not: no shortcut but the sum
+            change = {"messages": delta, "messages_ready": delta, "messages_unacknowledged": delta}
         elif len(hostile) == 1:
             change = {chance.choice(COUNTS[1:]): delta}  # ready or unacknowledged raised alone
         else:
@@ -141,36 +144,41 @@ def check_contract_rule(rule: Callable[[dict], str | None], seed: int | None = N
     own_work(rule)
     chance = random.Random(seed if seed is not None else secrets.randbits(64))
     log = new_trial("07-answers").folder / "reference-calls.jsonl"
-    honest = 0
+    # Every case of this try, in an order drawn for it: a rule that counts its calls, or
+    # refuses from the n-th one on, cannot tell the honest answers from the contradicting ones.
+    cases: list[tuple[str, str, str, dict]] = []  # (kind, what, incident, body)
     for revision in (1, 2):
         provider = ReferenceProvider(log, rules_revision=revision)
         for incident in list_incidents():
-            what = f"{incident}'s valid answer (rules revision {revision})"
-            said = _judge(rule, check_evidence(provider.read(incident), incident), what)
-            if said is not None:
-                raise AssertionError(
-                    f"a rule must accept every honest answer: your rule refused {what}, saying {said!r}. "
-                    "Refuse only what cannot be true"
-                )
-            honest += 1
+            body = check_evidence(provider.read(incident), incident)
+            cases.append(("shipped", f"{incident}'s valid answer (rules revision {revision})", incident, body))
     changed, hostile = _generated_answers(log, chance)
-    for incident, raw in changed:
-        what = f"an honest answer about {incident}"
-        said = _judge(rule, json.loads(raw), what)
-        if said is not None:
+    cases += [("changed", f"an honest answer about {incident}", incident, json.loads(raw)) for incident, raw in changed]
+    cases += [(what, f"an answer about {incident}", incident, json.loads(raw)) for what, incident, raw in hostile]
+    chance.shuffle(cases)
+    first = next(index for index, case in enumerate(cases) if case[0] not in ("shipped", "changed"))
+    cases.insert(chance.randrange(len(cases) // 4), cases.pop(first))  # honest answers always follow a contradicting one
+    honest = 0
+    for kind, what, incident, body in cases:
+        said = _judge(rule, body, what)
+        if kind == "shipped" and said is not None:
+            raise AssertionError(
+                f"a rule must accept every honest answer: your rule refused {what}, saying {said!r}. "
+                "Refuse only what cannot be true"
+            )
+        if kind == "changed" and said is not None:
             raise AssertionError(
                 "a rule must accept every honest answer, not only the reference provider's: your rule refused "
                 f"{what} whose three counts agree, though they differ from the shipped ones ({said!r})"
             )
-    print(f"✓ accepts all {honest} valid answers of the {honest // 2} shipped incidents (rules revisions 1 and 2), "
-          f"and {len(changed)} more whose counts were changed together")
-    for what, incident, raw in hostile:
-        said = _judge(rule, json.loads(raw), f"an answer about {incident}")
-        if said is None:
+        if kind not in ("shipped", "changed") and said is None:
             raise AssertionError(
                 "the schema checks each count alone; your rule must compare them: it accepted an answer about "
-                f"{incident} with {what} messages for its ready and unacknowledged counts"
+                f"{incident} with {kind} messages for its ready and unacknowledged counts"
             )
+        honest += kind == "shipped"
+    print(f"✓ accepts all {honest} valid answers of the {honest // 2} shipped incidents (rules revisions 1 and 2), "
+          f"and {len(changed)} more whose counts were changed together")
     print(f"✓ refuses {len(hostile)} answers made for this try whose counts contradict each other "
           "(too many messages, and too few); the schema accepted each")
     trial = new_trial("07-exercise")
@@ -214,6 +222,8 @@ def check_predictions(predicted: object, valid: bytes) -> None:
     """Exercise 7.2: each prediction must be what ``check_evidence`` says; a miss gets its hint, never the answer."""
     if not (isinstance(predicted, dict) and set(predicted) == set(PREDICTION_HINTS)):
         raise AssertionError("`predicted` should be a dict with the keys A, B, C and D")
+    if not all(type(predicted[letter]) is str for letter in PREDICTION_HINTS):
+        raise AssertionError("each prediction should be a str: \"accepted\", or the name of the rule that refuses it")
     said = {}
     for letter, raw in prediction_answers(valid).items():
         try:

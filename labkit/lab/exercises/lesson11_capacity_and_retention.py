@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import random
+import secrets
 import sqlite3
 from collections.abc import Callable
 from contextlib import closing
@@ -11,7 +13,8 @@ from dataclasses import dataclass
 from ...clock import TickingClock
 from ...effects import Tickets
 from ...errors import RunFailure
-from ...retention import retain
+from ...provider import list_incidents
+from ...retention import _UNFINISHED_SQL, retain
 from ..lesson import restart_answers
 from ..ticket_service import TicketService
 from ..workspace import Workspace
@@ -43,6 +46,20 @@ RETENTION_CASES: tuple[dict[str, str], ...] = (
     {"INC-1001": "finished", "INC-1016": "ticketed", "INC-1006": "unfinished", "INC-1003": "uncertain",
      "INC-1004": "recent", "INC-1010": "intended", "INC-1011": "finished"},
 )
+#: The roles of one database of Exercise 11.1, as :data:`RETENTION_CASES` holds them.
+ROLES = ("finished", "finished", "unfinished", "uncertain", "recent", "ticketed", "intended")
+
+
+def dealt_cases(chance: random.Random) -> tuple[dict[str, str], ...]:
+    """Two databases' roles, dealt at random for one try: seven incidents each, every role in each.
+
+    :data:`RETENTION_CASES` is one such deal; a check deals new ones each try, so an answer that
+    learnt the ids from the feedback (which names them) cannot pass the next try.
+    """
+    incidents = list_incidents()
+    return tuple(dict(zip(chance.sample(incidents, len(ROLES)), chance.sample(ROLES, len(ROLES)), strict=True)) for _ in range(2))
+
+
 #: The roles whose raw diagnostic a correct selection removes.
 DUE_ROLES = ("finished", "ticketed")
 #: A ticket service nobody listens on: a send is refused at once, so the effect stays ``intended``.
@@ -148,15 +165,15 @@ def retention_trial(roles: dict[str, str], due: Callable | None = None) -> Reten
 
 
 @one_line
-def check_retention_selection(due: Callable) -> None:
+def check_retention_selection(due: Callable, seed: int | None = None) -> None:
     """``due(conn, cutoff) -> list of incident ids``: which raw diagnostics a retention run may remove now.
 
     ``cutoff`` is an instant (``2026-03-16T00:00:00Z``): raw diagnostics kept before it are old
     enough. The check runs ``labkit.retention.retain(db, 30, clock, due=due)`` on two real
     databases, each holding runs labkit's coordinator left finished six weeks ago, finished
     five days ago, stopped after the evidence commit, and completed with a ticket effect left
-    uncertain by a ticket service that dropped its answer (the roles dealt differently in
-    each: :data:`RETENTION_CASES`). Correct: exactly the raw diagnostics of the old finished
+    uncertain by a ticket service that dropped its answer (the roles dealt anew for each try,
+    :func:`dealt_cases`; ``seed`` for a test). Correct: exactly the raw diagnostics of the old finished
     runs are removed; every other table is unchanged; every run answers the three restart
     questions as before.
     """
@@ -165,12 +182,26 @@ def check_retention_selection(due: Callable) -> None:
     source_of(due)
     own_work(due, "retain", "retain_txn", "_UNFINISHED_SQL", "OWED")
     removed_in_all: list[str] = []
-    for number, roles in enumerate(RETENTION_CASES, start=1):
+    borrowed: list[str] = []
+
+    def traced(conn: sqlite3.Connection, cutoff: str) -> object:
+        # labkit's own condition, fetched by a name built at run time, is still its text in the SQL sent
+        conn.set_trace_callback(lambda sql: borrowed.append(sql) if _UNFINISHED_SQL in sql else None)
+        try:
+            return due(conn, cutoff)
+        finally:
+            conn.set_trace_callback(None)
+
+    cases = dealt_cases(random.Random(seed if seed is not None else secrets.randbits(64)))
+    for number, roles in enumerate(cases, start=1):
         with watching_labkit("retain", "retain_txn") as calls:
-            trial = retention_trial(roles, due)
+            trial = retention_trial(roles, traced)
         refuse_if_called(calls)
+        if borrowed:
+            raise AssertionError("write it yourself: your selection's SQL holds labkit's own condition "
+                                 "(labkit.retention._UNFINISHED_SQL), which already does the job (and is what the check compares with)")
         removed = sorted(set(roles) - set(trial.kept))
-        for incident in removed:
+        for incident in sorted(removed, key=lambda incident: ROLES.index(roles[incident])):  # the same first hint every deal
             role = roles[incident]
             if role not in DUE_ROLES:
                 hint = {
@@ -205,4 +236,4 @@ def check_retention_selection(due: Callable) -> None:
     print(f"✓ removed only the raw diagnostics of the finished runs older than the cutoff: {', '.join(removed_in_all)}")
     print("✓ kept the unfinished run's, the runs whose ticket effect is intended or uncertain, and the run inside the 30 days")
     print(f"✓ runs, transitions, evidence (summary, digest, reference), assessments, receipts, effects, redactions unchanged; "
-          f"all {sum(len(roles) for roles in RETENTION_CASES)} runs answer the three restart questions as before")
+          f"all {sum(len(roles) for roles in cases)} runs answer the three restart questions as before")

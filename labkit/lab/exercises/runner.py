@@ -31,6 +31,7 @@ import signal
 import sqlite3
 import sys
 import textwrap
+import threading
 import types
 from collections.abc import Callable, Collection, Iterator
 from contextlib import closing
@@ -200,6 +201,30 @@ def _reachable(function: object, depth: int = 4) -> list[tuple[str, object]]:
     return found
 
 
+def _copied_from_labkit(function: object, code: types.CodeType) -> bool:
+    """Whether ``function`` runs code written in labkit's files without being the function labkit defined.
+
+    ``types.FunctionType(labkit_fn.__code__, globals())`` makes a new function, not labkit's
+    by identity or module, that is still labkit's code line for line.
+    """
+    package = str(Path(labkit.__file__).resolve().parent)
+    try:
+        inside = str(Path(code.co_filename).resolve()).startswith(package)
+    except (OSError, ValueError):
+        return False
+    if not inside:
+        return False
+    module = sys.modules.get(str(getattr(function, "__module__", "") or ""))
+    owner: object = module
+    for part in str(getattr(function, "__qualname__", "") or "").split("."):
+        if part == "<locals>":
+            return False  # a labkit closure (a decorator's wrapper, say): not one a notebook copies by name
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return True  # labkit's code under a module that does not define it: a copy
+    return owner is not function and getattr(owner, "__func__", None) is not function
+
+
 def own_work(function: object, *names: str) -> None:
     """Refuse an answer that hands the exercise to the labkit code the check compares with.
 
@@ -218,6 +243,12 @@ def own_work(function: object, *names: str) -> None:
             raise AssertionError(
                 f"write it yourself: {where} labkit's own {targets[id(value)]}, which already does the job "
                 "(and is what the check compares with)"
+            )
+        code = getattr(value, "__code__", None)
+        if isinstance(code, types.CodeType) and _copied_from_labkit(value, code):
+            raise AssertionError(
+                f"write it yourself: {'your answer' if how == 'your answer' else how} runs labkit's own code "
+                f"({code.co_name}, copied into a new function), not yours"
             )
         if how == "your answer" and callable(value) and str(getattr(value, "__module__", "") or "").startswith("labkit"):
             raise AssertionError(
@@ -259,16 +290,44 @@ def watching_labkit(*names: str) -> Iterator[list[str]]:
         return recorded
 
     targets = labkit_objects(*names)
+    codes: dict[types.CodeType, str] = {}
     for module_name, module in list(sys.modules.items()):
         if module is None or not (module_name == "labkit" or module_name.startswith("labkit.")):
             continue
         for attribute, value in list(vars(module).items()):
             if id(value) in targets and inspect.isfunction(value):
+                codes[value.__code__] = targets[id(value)]
                 replaced.append((module, attribute, value))
                 setattr(module, attribute, recorder(value, targets[id(value)]))
+    checks = str(Path(__file__).resolve().parent)
+    outside: dict[str, bool] = {}
+
+    def is_outside(filename: str) -> bool:
+        if filename not in outside:
+            outside[filename] = not str(Path(filename).resolve()).startswith(package)
+        return outside[filename]
+
+    def profiler(frame: types.FrameType, event: str, arg: object) -> None:
+        # The same code, however it was reached: kept in a dict or a class before the check
+        # replaced the module's name, or a check's own helper (the answer it compares with).
+        if event != "call":
+            return
+        code = frame.f_code
+        label = codes.get(code)
+        if (label is None and code.co_filename.startswith(checks) and code.co_filename != __file__
+                and "<" not in getattr(code, "co_qualname", code.co_name)):  # a check's named helper, not a callback it hands to SQLite
+            label = f"{Path(code.co_filename).stem}.{code.co_name} (the check's own code)"
+        if label is not None and frame.f_back is not None and is_outside(frame.f_back.f_code.co_filename):
+            calls.append(label)
+
+    previous = sys.getprofile()
+    sys.setprofile(profiler)
+    threading.setprofile(profiler)
     try:
         yield calls
     finally:
+        sys.setprofile(previous)
+        threading.setprofile(None)  # type: ignore[arg-type]
         for module, attribute, value in replaced:
             setattr(module, attribute, value)
 
