@@ -64,6 +64,7 @@ from ..store import connect, connect_readonly, find_run_txn
 from ..ticket_client import all_tickets
 from ..worker import LeasedWorker
 from .naive import CRASH_BUGS, coordinator_class
+from .progress import Progress
 from .ticket_service import ticket_service
 from .workspace import not_private
 
@@ -471,14 +472,16 @@ class Exploration:
 
 
 def explore(db_dir: str | Path, *, pairs: bool = True, bug: str | None = None, named: bool = True,
-            random_trials: int = 0, seed: int = 0, workers: int | None = None, engine: str = "labkit") -> Exploration:
+            random_trials: int = 0, seed: int = 0, workers: int | None = None, engine: str = "labkit",
+            progress: bool = False) -> Exploration:
     """Run every scenario (and ``random_trials`` random kills) in folders under ``db_dir``.
 
     ``db_dir`` must be a new or empty folder: the explorer makes one folder per scenario and
     never reuses what an earlier exploration left. Scenarios share nothing, so ``workers``
     processes (default: :func:`default_workers`) play them side by side; the table is in scenario order
     whatever finished first. ``engine="dbos"`` plays the run flow's scenarios on the DBOS version of
-    the workflow (:mod:`labkit.engines`), judged by the same invariants.
+    the workflow (:mod:`labkit.engines`), judged by the same invariants. ``progress`` shows a bar of
+    the scenarios played, in a notebook (:mod:`labkit.lab.progress`; nbval does not compare it).
     """
     if bug is not None and bug not in CRASH_BUGS:
         coordinator_class(bug)  # an unknown name: the one-line UnknownBug
@@ -494,7 +497,13 @@ def explore(db_dir: str | Path, *, pairs: bool = True, bug: str | None = None, n
     if named:
         chosen = scenarios(pairs=pairs, bug=bug, engine=engine)
         tasks = [partial(run_scenario, scenario, root / f"{number:03d}") for number, scenario in enumerate(chosen, start=1)]
-        exploration.results = in_parallel(tasks, ScenarioResult.from_json, workers=workers)
+        bar = Progress(len(tasks)) if progress else None
+        try:
+            exploration.results = in_parallel(tasks, ScenarioResult.from_json, workers=workers,
+                                              on_progress=bar.to if bar is not None else None)
+        finally:
+            if bar is not None:
+                bar.finish()
     if random_trials:
         exploration.random = random_kills(root / "random", random_trials, seed, bug=bug, workers=workers)
     exploration.seconds = time.perf_counter() - started
@@ -509,7 +518,7 @@ def default_workers() -> int:
 
 
 def in_parallel(tasks: Sequence[Callable[[], object]], decode: Callable[[dict[str, Any]], T], *,
-                workers: int | None = None) -> list[T]:
+                workers: int | None = None, on_progress: Callable[[int], None] | None = None) -> list[T]:
     """Each task's result, in order; tasks dealt out in turn to ``workers`` forked processes.
 
     A worker hands each result back over a pipe of its own, as one line of JSON that ``decode``
@@ -517,11 +526,16 @@ def in_parallel(tasks: Sequence[Callable[[], object]], decode: Callable[[dict[st
     or swapped, by anyone who can write to that folder, and reading back a pickle runs whatever
     code it names. A line of JSON read with :func:`~labkit.jsontext.strict_loads` is only data.
     A worker that fails sends its error instead, raised here; one that ends without every result
-    is an error too.
+    is an error too. ``on_progress`` is told how many results have arrived, as they arrive.
     """
     count = max(1, min(workers or default_workers(), len(tasks)))
     if count == 1:
-        return [decode(_as_json(task())) for task in tasks]  # the same round trip as a worker's
+        done = []
+        for task in tasks:
+            done.append(decode(_as_json(task())))  # the same round trip as a worker's
+            if on_progress is not None:
+                on_progress(len(done))
+        return done
     _warm()
     children = []
     try:
@@ -533,6 +547,9 @@ def in_parallel(tasks: Sequence[Callable[[], object]], decode: Callable[[dict[st
         # Readers start after the last fork, so no child is forked while a reader holds a lock.
         lines: list[list[str]] = [[] for _ in children]
         readers = [collect(stream, into) for (_, stream), into in zip(children, lines, strict=True)]
+        while on_progress is not None and any(reader.is_alive() for reader in readers):
+            on_progress(sum(map(len, lines)))
+            time.sleep(0.1)
         ends = [os.waitpid(pid, 0)[1] for pid, _ in children]
     except BaseException:
         for pid, _ in children:  # interrupted: leave no worker behind (its pipe then ends too)

@@ -63,6 +63,11 @@ class Progress:
         if self._handle is not None:
             self._handle.update({"image/png": bar_png(self.done, self.total)}, raw=True)
 
+    def to(self, done: int) -> None:
+        """Show ``done`` of the total (a count that arrives from elsewhere, not one step at a time)."""
+        if done != self.done:
+            self.step(done - self.done)
+
     def finish(self) -> None:
         """Fill the bar, whatever was counted, so the stored picture is the same every run."""
         self.done = self.total
