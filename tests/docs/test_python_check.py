@@ -51,7 +51,8 @@ def test_make_with_a_too_old_python_prints_one_line_and_makes_no_venv(tmp_path, 
 
 def test_make_with_no_such_python_says_so_in_one_line(tmp_path):
     copy = a_copy_of_the_makefile(tmp_path)
-    done = subprocess.run(["make", "--no-print-directory", "lab", "PYTHON=python2.9-not-here"], cwd=copy, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["make", "--no-print-directory", "lab", "PYTHON=python2.9-not-here"], cwd=copy,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     [line] = (done.stdout + done.stderr).strip().splitlines()
     assert "'python2.9-not-here' not found" in line and "3.11 or newer" in line

@@ -327,7 +327,7 @@ def watching_labkit(*names: str) -> Iterator[list[str]]:
         yield calls
     finally:
         sys.setprofile(previous)
-        threading.setprofile(None)  # type: ignore[arg-type]
+        threading.setprofile(None)
         for module, attribute, value in replaced:
             setattr(module, attribute, value)
 
