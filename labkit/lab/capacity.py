@@ -47,7 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -538,8 +538,11 @@ def simulate(
     retention_days: float | None = 30,
     raw_inline: bool = False,
     start: str = SIMULATION_START,
+    on_day: Callable[[int], None] | None = None,
 ) -> Simulation:
     """Fill a new labkit database at ``path`` with ``days`` simulated days, and measure it.
+
+    ``on_day`` is told how many days are done after each one (a lesson's progress bar).
 
     Each day, at its first second: a retention run (unless ``retention_days`` is None or
     ``raw_inline``), then ``incidents_per_day`` incidents, each written as the coordinator
@@ -602,6 +605,8 @@ def simulate(
             advance_txn(conn, run, Step.REPORT_COMPLETED, clock)
 
         for day in range(days):
+            if on_day is not None and day:
+                on_day(day)
             moment = first + timedelta(days=day)
             clock = TickingClock(moment.strftime("%Y-%m-%dT%H:%M:%SZ"))
             today = [(templates[(number + index) % len(templates)], f"D{day:03d}-{index:03d}") for index in range(incidents_per_day)]

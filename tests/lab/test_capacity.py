@@ -196,3 +196,12 @@ def test_more_writers_do_not_commit_faster_than_the_one_lock_allows(tmp_path):
     assert rows[1].wait_ms_max >= 5, "with three writers someone waited for the lock"
     assert set(rows[0].as_row()) >= {"writers", "commits/s", "wait for the lock, median (ms)", "longest (ms)"}
     assert list(tmp_path.iterdir()) == [], "the measurement cleans up its files"
+
+
+def test_a_simulation_reports_each_day_done_and_writes_the_same_bytes_with_or_without_listening(tmp_path):
+    """Lesson 11's progress bar listens to ``on_day``; listening must not change what is written."""
+    heard: list[int] = []
+    listened = capacity.simulate(tmp_path / "a.db", days=4, incidents_per_day=3, on_day=heard.append)
+    quiet = capacity.simulate(tmp_path / "b.db", days=4, incidents_per_day=3)
+    assert heard == [1, 2, 3]
+    assert listened.bytes == quiet.bytes
