@@ -728,6 +728,8 @@ class _SqliteSteps:
         self.kill_at = kill_at
         self.paused = False
         self.run_row_at: int | None = None
+        self.started = time.monotonic()
+        self.run_row_seconds: float | None = None  # the same moment on the clock (kills by clock aim with it)
 
     def tick(self) -> int:
         if not self.paused:
@@ -759,6 +761,7 @@ class _SqliteSteps:
                     self.paused = False
                 if row is not None:
                     self.run_row_at = self.count
+                    self.run_row_seconds = time.monotonic() - self.started
 
         database._connect = counted_connect
         database._atomic = noted_atomic
@@ -772,7 +775,9 @@ def _killed_after(steps: int | None, work: Callable[[], object], report: Path | 
         counter.install()
         done = work()
         if report is not None:
-            report.write_text(json.dumps({"total": counter.count, "run_row_at": counter.run_row_at}), encoding="utf-8")
+            report.write_text(json.dumps({"total": counter.count, "run_row_at": counter.run_row_at,
+                                          "run_row_seconds": counter.run_row_seconds,
+                                          "seconds": time.monotonic() - counter.started}), encoding="utf-8")
         return done
 
     return counted
@@ -803,11 +808,12 @@ def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None 
     driver = LabkitEngine(bug, coordinator_class(bug))
     _warm()
     if by_clock:
-        window = _clean_run_seconds(root / "clean", driver)
+        run_row, window = _clean_run_seconds(root / "clean", driver)
         rng = random.Random(seed)
-        # A clean run measured alone ends well inside its measured time (which includes the fork and
-        # the wait): drawing from the first 60 % puts most kills inside the run, some after its end.
-        delays = [(rng.uniform(0, 0.6 * window), rng.uniform(0, 0.6 * window)) for _ in range(trials)]
+        # The run's kill is aimed between its run row's first commit and its end, as a clean run timed
+        # them (from the fork, as the timer that kills counts); how this machine's load moves the run
+        # decides where it really lands, which is what a kill by clock is for. The recovery's, anywhere.
+        delays = [(rng.uniform(run_row, window), rng.uniform(0, window)) for _ in range(trials)]
         clocked = [partial(_random_trial, root / f"{number:04d}", number, run_delay, recovery_delay, driver, by_clock=True)
                    for number, (run_delay, recovery_delay) in enumerate(delays, start=1)]
         results = in_parallel(clocked, Trial.from_json, workers=workers)
@@ -832,17 +838,26 @@ def _clean_run_steps(folder: Path, driver: LabkitEngine) -> tuple[int, int]:
     return int(measured["run_row_at"]), int(measured["total"])
 
 
-def _clean_run_seconds(folder: Path, driver: LabkitEngine) -> float:
-    """The median of three uninterrupted runs in forked children, each with its own service."""
-    durations = []
+def _clean_run_seconds(folder: Path, driver: LabkitEngine) -> tuple[float, float]:
+    """(seconds to the run row's first commit, seconds to the end) of an uninterrupted run, from its fork.
+
+    The median of three runs, each in a forked child with its own service. The child times the
+    run row's commit from its own start; the parent adds what the fork and the child's start took.
+    """
+    timings = []
     for attempt in range(3):
         place = folder / str(attempt)
         place.mkdir(parents=True)
+        report = place / "steps.json"
         with ticket_service(place / "tickets.db") as url:
             started = time.perf_counter()
-            in_child(lambda: driver.drive(place, NO_CRASH, url))  # noqa: B023 - called at once
-            durations.append(time.perf_counter() - started)
-    return sorted(durations)[1]
+            in_child(_killed_after(None, lambda: driver.drive(place, NO_CRASH, url), report))  # noqa: B023 - called at once
+            total = time.perf_counter() - started
+        measured = json.loads(report.read_text(encoding="utf-8"))
+        before_work = max(0.0, total - float(measured["seconds"]))
+        timings.append((before_work + float(measured["run_row_seconds"] or 0.0), total))
+    timings.sort(key=lambda timing: timing[1])
+    return timings[1]
 
 
 def _random_trial(folder: Path, number: int, run_at: float, recovery_at: float, driver: LabkitEngine, *,

@@ -203,7 +203,7 @@ def test_random_kills_by_clock_kill_from_outside_and_keep_every_invariant(tmp_pa
     """The soak's other half: SIGKILL after a random delay, which may land inside a file write or a read."""
     kills = explorer.random_kills(tmp_path / "clock", 6, seed=3, by_clock=True)
     assert kills.unit == "ms" and kills.as_json()["unit"] == "ms"
-    assert all(0 <= trial.run_at <= 0.6 * kills.steps + 1 for trial in kills.results)
+    assert all(0 < trial.run_at <= kills.steps + 1 for trial in kills.results)  # aimed inside a clean run's span
     assert kills.violations == []
     assert sum(kills.landed().values()) == 6
 
