@@ -151,8 +151,8 @@ class TwoAtOnce:
     moves: int
 
 
-#: How long an execution that looked outside any transaction waits for the other to look too.
-#: Only a step that looks outside its transaction waits (a correct one never does), and the other
+#: How long an execution that looked without the write lock waits for the other to look too.
+#: Only a step that looks before it writes waits (a correct one never does), and the other
 #: execution started with it, so the wait ends as soon as the other looks: the limit is there for a
 #: child that died, and is generous because under load the other child may take seconds to get there.
 GATE_SECONDS = 15.0
@@ -161,8 +161,8 @@ GATE_SECONDS = 15.0
 def two_at_once(write_evidence: Callable) -> TwoAtOnce:
     """Call ``write_evidence`` in two forked children at once, on a run at not_inspected, the same reading.
 
-    The interleaving is forced, not hoped for: a child whose first read of ``runs`` comes outside
-    any transaction stops just before it until the other has reached its own read (or
+    The interleaving is forced, not hoped for: a child whose first read of ``runs`` comes without
+    the write lock stops just before it until the other has reached its own read (or
     :data:`GATE_SECONDS` passed). A step that looks outside its write transaction then looks twice
     before either writes, every time and however slow the machine: the check-then-act race of
     06_single_receipt. A step that looks inside its transaction is never held.
@@ -179,13 +179,20 @@ def two_at_once(write_evidence: Callable) -> TwoAtOnce:
         def work() -> None:
             looked = folder / f"looked-{name}"
 
+            writing = [False]  # has this connection taken the write lock (BEGIN IMMEDIATE, or a write)?
+
             def gate(statement: str) -> None:
-                if looked.exists() or " runs" not in statement or not statement.lstrip().upper().startswith("SELECT"):
+                words = statement.lstrip().upper()
+                if words.startswith(("BEGIN IMMEDIATE", "BEGIN EXCLUSIVE", "INSERT", "UPDATE", "DELETE")):
+                    writing[0] = True
+                elif words.startswith(("COMMIT", "END", "ROLLBACK")) and not words.startswith("ROLLBACK TO"):
+                    writing[0] = False
+                if looked.exists() or " runs" not in statement or not words.startswith("SELECT"):
                     return
                 looked.touch()
-                if conn.in_transaction:
-                    # Inside a transaction (labkit's, or a BEGIN of the answer's own): a correct step holds
-                    # the write lock here, and waiting would only make the other execution wait for it.
+                if writing[0]:
+                    # A correct step looks holding the write lock: waiting would only make the other
+                    # execution wait for it. (Read by the statements it ran, whoever issued them.)
                     return
                 deadline = time.monotonic() + GATE_SECONDS
                 while len(list(folder.glob("looked-*"))) < 2 and time.monotonic() < deadline:
