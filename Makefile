@@ -5,7 +5,7 @@
 #   make reset      bring my-lab/ back to the committed lessons (LESSON=04 for one) and remove lesson scratch;
 #                   refused while a lesson's kernel runs; what it replaces goes to my-lab/backups/
 #   make test       unit tests, crash suite and strict nbval over every notebook (installs the developers' tools)
-#   make notebooks  re-execute every notebook in place, and rewrite its text copy in notebooks/text/ (commit both)
+#   make notebooks  re-execute every notebook in place (commit the result)
 #   make bench      labkit against bare SQLite, DBOS and LangGraph (installs them into .venv/bench), then timings
 #   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races, every pair of kills on DBOS,
 #                   work pools under random SIGKILLs and stalls (LABKIT_SOAK_TRIALS=20 trials), and 240 runs
@@ -108,9 +108,8 @@ unit: $(DEV_STAMP)
 nbval: $(STAMP)
 	$(BIN)/python -m pytest notebooks
 
-notebooks: $(DEV_STAMP)
+notebooks: $(STAMP)
 	$(BIN)/python scripts/run_notebooks.py
-	$(BIN)/python scripts/lesson_text.py
 
 soak: $(DEV_STAMP)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/core/test_concurrency.py -q -k "fault1 or fault11"

@@ -151,21 +151,18 @@ class TwoAtOnce:
     moves: int
 
 
-#: How long an execution that looked without the write lock waits for the other to look too.
-#: Only a step that looks before it writes waits (a correct one never does), and the other
-#: execution started with it, so the wait ends as soon as the other looks: the limit is there for a
-#: child that died, and is generous because under load the other child may take seconds to get there.
-GATE_SECONDS = 15.0
+#: How long the first execution to look waits for the second to look too (a correct step
+#: holds the write lock while it waits, so the second one cannot look until it is done).
+GATE_SECONDS = 1.0
 
 
 def two_at_once(write_evidence: Callable) -> TwoAtOnce:
     """Call ``write_evidence`` in two forked children at once, on a run at not_inspected, the same reading.
 
-    The interleaving is forced, not hoped for: a child whose first read of ``runs`` comes without
-    the write lock stops just before it until the other has reached its own read (or
-    :data:`GATE_SECONDS` passed). A step that looks outside its write transaction then looks twice
-    before either writes, every time and however slow the machine: the check-then-act race of
-    06_single_receipt. A step that looks inside its transaction is never held.
+    The interleaving is forced, not hoped for: each child stops just before its first read of
+    ``runs`` until the other has reached its own (or :data:`GATE_SECONDS` passed). A step that
+    looks outside its write transaction then looks twice before either writes, every time: the
+    check-then-act race of 06_single_receipt.
     """
     folder = new_trial("14-two-at-once").folder
     db = folder / "lab.db"
@@ -179,21 +176,10 @@ def two_at_once(write_evidence: Callable) -> TwoAtOnce:
         def work() -> None:
             looked = folder / f"looked-{name}"
 
-            writing = [False]  # has this connection taken the write lock (BEGIN IMMEDIATE, or a write)?
-
             def gate(statement: str) -> None:
-                words = statement.lstrip().upper()
-                if words.startswith(("BEGIN IMMEDIATE", "BEGIN EXCLUSIVE", "INSERT", "UPDATE", "DELETE")):
-                    writing[0] = True
-                elif words.startswith(("COMMIT", "END", "ROLLBACK")) and not words.startswith("ROLLBACK TO"):
-                    writing[0] = False
-                if looked.exists() or " runs" not in statement or not words.startswith("SELECT"):
+                if looked.exists() or " runs" not in statement or not statement.lstrip().upper().startswith("SELECT"):
                     return
                 looked.touch()
-                if writing[0]:
-                    # A correct step looks holding the write lock: waiting would only make the other
-                    # execution wait for it. (Read by the statements it ran, whoever issued them.)
-                    return
                 deadline = time.monotonic() + GATE_SECONDS
                 while len(list(folder.glob("looked-*"))) < 2 and time.monotonic() < deadline:
                     time.sleep(0.01)
