@@ -808,7 +808,9 @@ def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None 
     driver = LabkitEngine(bug, coordinator_class(bug))
     _warm()
     if by_clock:
-        run_row, window = _clean_run_seconds(root / "clean", driver)
+        # The median of three clean runs' durations: one run's clock is noisier than its count.
+        runs = sorted((_clean_run(root / "clean" / str(attempt), driver) for attempt in range(3)), key=lambda r: r["seconds"])
+        run_row, window = runs[1]["run_row_seconds"], runs[1]["seconds"]
         rng = random.Random(seed)
         # The run's kill is aimed between its run row's first commit and its end, as a clean run timed
         # them (from the fork, as the timer that kills counts); how this machine's load moves the run
@@ -818,7 +820,8 @@ def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None 
                    for number, (run_delay, recovery_delay) in enumerate(delays, start=1)]
         results = in_parallel(clocked, Trial.from_json, workers=workers)
         return RandomKills(trials, seed, window * 1000, results, time.perf_counter() - started, unit="ms")
-    first, total = _clean_run_steps(root / "clean", driver)
+    clean = _clean_run(root / "clean", driver)
+    first, total = int(clean["run_row_at"]), int(clean["total"])
     rng = random.Random(seed)
     span = total - first
     draws = [(first + 1 + int(rng.random() * (span - 1)), 1 + int(rng.random() * span)) for _ in range(trials)]
@@ -828,36 +831,23 @@ def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None 
     return RandomKills(trials, seed, float(total), results, time.perf_counter() - started, run_row_at=first)
 
 
-def _clean_run_steps(folder: Path, driver: LabkitEngine) -> tuple[int, int]:
-    """(count at the run row's first commit, count at the end) of an uninterrupted run, in SQLite's work."""
+def _clean_run(folder: Path, driver: LabkitEngine) -> dict[str, float]:
+    """One uninterrupted run in a forked child with its own service, measured two ways.
+
+    In SQLite's work: ``run_row_at`` (the count at the run row's first commit) and ``total``.
+    On the clock, from the fork (as a timer that kills counts): ``run_row_seconds`` (the child
+    times the commit from its own start; the fork and the child's start are added) and ``seconds``.
+    """
     folder.mkdir(parents=True)
     report = folder / "steps.json"
     with ticket_service(folder / "tickets.db") as url:
+        started = time.perf_counter()
         in_child(_killed_after(None, lambda: driver.drive(folder, NO_CRASH, url), report))
+        seconds = time.perf_counter() - started
     measured = json.loads(report.read_text(encoding="utf-8"))
-    return int(measured["run_row_at"]), int(measured["total"])
-
-
-def _clean_run_seconds(folder: Path, driver: LabkitEngine) -> tuple[float, float]:
-    """(seconds to the run row's first commit, seconds to the end) of an uninterrupted run, from its fork.
-
-    The median of three runs, each in a forked child with its own service. The child times the
-    run row's commit from its own start; the parent adds what the fork and the child's start took.
-    """
-    timings = []
-    for attempt in range(3):
-        place = folder / str(attempt)
-        place.mkdir(parents=True)
-        report = place / "steps.json"
-        with ticket_service(place / "tickets.db") as url:
-            started = time.perf_counter()
-            in_child(_killed_after(None, lambda: driver.drive(place, NO_CRASH, url), report))  # noqa: B023 - called at once
-            total = time.perf_counter() - started
-        measured = json.loads(report.read_text(encoding="utf-8"))
-        before_work = max(0.0, total - float(measured["seconds"]))
-        timings.append((before_work + float(measured["run_row_seconds"] or 0.0), total))
-    timings.sort(key=lambda timing: timing[1])
-    return timings[1]
+    before_work = max(0.0, seconds - float(measured["seconds"]))
+    return {"run_row_at": int(measured["run_row_at"]), "total": int(measured["total"]),
+            "run_row_seconds": before_work + float(measured["run_row_seconds"] or 0.0), "seconds": seconds}
 
 
 def _random_trial(folder: Path, number: int, run_at: float, recovery_at: float, driver: LabkitEngine, *,
