@@ -151,18 +151,18 @@ class TwoAtOnce:
     moves: int
 
 
-#: How long the first execution to look waits for the second to look too (a correct step
-#: holds the write lock while it waits, so the second one cannot look until it is done).
-GATE_SECONDS = 1.0
+#: The longest the first execution to look waits for the second to look too. A step that took
+#: the write lock before it looked does not wait: the second one cannot look until it is done.
+GATE_SECONDS = 5.0
 
 
 def two_at_once(write_evidence: Callable) -> TwoAtOnce:
     """Call ``write_evidence`` in two forked children at once, on a run at not_inspected, the same reading.
 
-    The interleaving is forced, not hoped for: each child stops just before its first read of
-    ``runs`` until the other has reached its own (or :data:`GATE_SECONDS` passed). A step that
-    looks outside its write transaction then looks twice before either writes, every time: the
-    check-then-act race of 06_single_receipt.
+    The interleaving is forced, not hoped for: each child stops just after its first read of
+    ``runs`` (at the next statement it starts) until the other has read too, or
+    :data:`GATE_SECONDS` passed. A step that looks outside its write transaction then has both
+    looks made before either writes, every time: the check-then-act race of 06_single_receipt.
     """
     folder = new_trial("14-two-at-once").folder
     db = folder / "lab.db"
@@ -176,10 +176,28 @@ def two_at_once(write_evidence: Callable) -> TwoAtOnce:
         def work() -> None:
             looked = folder / f"looked-{name}"
 
+            seen: dict[str, bool] = {"look": False, "write_lock": False}
+
             def gate(statement: str) -> None:
-                if looked.exists() or " runs" not in statement or not statement.lstrip().upper().startswith("SELECT"):
+                # SQLite reports a statement as it starts, before it has read or written anything:
+                # the hold is at the statement after the first look of runs, once that look has
+                # its row. No hold for a step that took the write lock before it looked: the other
+                # execution runs the same code, so it cannot look until this one has committed.
+                holds_write_lock = seen["write_lock"] and conn.in_transaction
+                words = statement.lstrip().upper().split(maxsplit=2)
+                verb = " ".join(words[:2]) if words[:1] == ["BEGIN"] else (words or [""])[0]
+                if verb in ("COMMIT", "END", "ROLLBACK"):
+                    seen["write_lock"] = False
+                elif verb in ("BEGIN IMMEDIATE", "BEGIN EXCLUSIVE", "INSERT", "UPDATE", "DELETE", "REPLACE"):
+                    seen["write_lock"] = True
+                if looked.exists():
+                    return
+                if not seen["look"]:
+                    seen["look"] = verb == "SELECT" and " runs" in statement
                     return
                 looked.touch()
+                if holds_write_lock:
+                    return
                 deadline = time.monotonic() + GATE_SECONDS
                 while len(list(folder.glob("looked-*"))) < 2 and time.monotonic() < deadline:
                     time.sleep(0.01)
@@ -286,6 +304,9 @@ def _check_evidence_step(write_evidence: Callable, bar: Progress) -> None:
                  f"workflow {broken.status}")
     bar.step()
     both = two_at_once(write_evidence)
+    if len(both.calls) != 2:
+        raise AssertionError(f"two executions of your step at once: {len(both.calls)} of the two calls ended "
+                             f"(the children: {', '.join(both.ends)}); a step must return or raise")
     if any(call.startswith("raised ") for call in both.calls) or both.evidence_rows != 1 or both.moves != 1:
         first = next((call for call in both.calls if call.startswith("raised ")), None)
         raise AssertionError(
