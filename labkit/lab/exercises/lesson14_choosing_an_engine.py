@@ -185,11 +185,11 @@ def two_at_once(write_evidence: Callable) -> TwoAtOnce:
                 # execution runs the same code, so it cannot look until this one has committed.
                 holds_write_lock = seen["write_lock"] and conn.in_transaction
                 words = statement.lstrip().upper().split(maxsplit=2)
-                verb = " ".join(words[:2]) if words[:1] == ["BEGIN"] else (words or [""])[0]
+                verb = words[0] if words else ""
                 if verb in ("COMMIT", "END", "ROLLBACK"):
                     seen["write_lock"] = False
-                elif verb in ("BEGIN IMMEDIATE", "BEGIN EXCLUSIVE", "INSERT", "UPDATE", "DELETE", "REPLACE"):
-                    seen["write_lock"] = True
+                elif verb in ("INSERT", "UPDATE", "DELETE", "REPLACE") or words[1:2] in (["IMMEDIATE"], ["EXCLUSIVE"]):
+                    seen["write_lock"] = True  # a write, or a transaction begun IMMEDIATE or EXCLUSIVE
                 if looked.exists():
                     return
                 if not seen["look"]:
