@@ -9,6 +9,7 @@ effect moves between them, is :mod:`labkit.effects`'s.
 from __future__ import annotations
 
 import sqlite3
+from collections import Counter
 from contextlib import closing
 from pathlib import Path
 
@@ -44,9 +45,9 @@ def status_of(db: str | Path) -> dict:
         ]
     # The log is read after the database: a read is logged before its evidence commits, so
     # this order never shows committed evidence with fewer reads than it took.
-    calls = log.calls()
+    reads = Counter(call.incident for call in log.calls())  # one pass over the log, not one per run
     for run in runs:
-        run["provider_reads"] = sum(1 for call in calls if call.incident == run["incident"])
+        run["provider_reads"] = reads[run["incident"]]
     return {"schema_version": SCHEMA_VERSION, "workflow_version": WORKFLOW_VERSION, "runs": runs}
 
 
