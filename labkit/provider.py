@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import fnmatch
 import json
 import os
 import time
@@ -122,12 +123,27 @@ def data_dir() -> Path:
     return Path(os.environ.get(DATA_ENV) or DEFAULT_DATA_DIR)
 
 
+INCIDENT_FILES = "INC-*.json"
+
+
 def list_incidents(data: str | Path | None = None) -> list[str]:
     """The incident ids in ``data/incidents/``, sorted."""
     folder = Path(data if data is not None else data_dir()) / "incidents"
     if not folder.is_dir():
         raise DataFolderMissing(str(folder))
-    return sorted(path.stem for path in folder.glob("INC-*.json"))
+    return sorted(path.stem for path in folder.glob(INCIDENT_FILES))
+
+
+def is_listed(data: Path, incident: str) -> bool:
+    """Whether :func:`list_incidents` lists ``incident``, asked of one folder entry, not all of them.
+
+    The same answer (a name the pattern matches, no folder part, an entry of any kind, even a
+    dangling link), at the cost of one ``lstat`` instead of a listing that grows with the folder.
+    """
+    if not isinstance(incident, str) or "\0" in incident or os.sep in incident or (os.altsep and os.altsep in incident):
+        return False
+    name = f"{incident}.json"
+    return fnmatch.fnmatchcase(name, INCIDENT_FILES) and os.path.lexists(data / "incidents" / name)
 
 
 def call_log_for(db_path: str | Path) -> Path:
@@ -299,9 +315,8 @@ class ReferenceProvider:
 
     def read_with_diagnostic(self, incident: str) -> Reading:
         """One read, logged once: the contract response, and the snapshot file it came from."""
-        known = self.incidents()
-        if incident not in known:
-            raise UnknownIncident(incident, len(known))
+        if not is_listed(self.data, incident):
+            raise UnknownIncident(incident, len(self.incidents()))
         try:
             raw = _read_regular(self.data / "incidents" / f"{incident}.json", incident)
         except EvidenceRejected:  # a snapshot too big to serve: the call was made, and answered no

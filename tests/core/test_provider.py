@@ -158,3 +158,37 @@ def test_a_snapshot_the_rules_cannot_read_is_answered_without_a_diagnosis(lab, d
     with pytest.raises(labkit.errors.EvidenceRejected) as caught:
         labkit.check_evidence(raw, INC)
     assert (caught.value.field, caught.value.rule) == ("nodes", "schema:type")
+
+
+def test_a_read_asks_one_folder_entry_and_answers_as_the_listing_would(tmp_path):
+    """The reference provider checks a read's incident with one lstat, not a listing of the data
+    folder per read (which grew with the folder); for every name it must agree with the listing."""
+    import itertools
+
+    from labkit.provider import is_listed
+
+    incidents = tmp_path / "incidents"
+    incidents.mkdir()
+    for name in ("INC-1.json", "INC-.json", "INC-a b.json", "INC-x.json.json", "inc-2.json", "INC-3.JSON",
+                 "INC-4.txt", "XINC-5.json", ".INC-6.json", "INC-[7].json", "INC-*.json"):
+        (incidents / name).write_text("{}")
+    (incidents / "INC-dir.json").mkdir()
+    (incidents / "INC-dangling.json").symlink_to(tmp_path / "nowhere")
+    os.mkfifo(incidents / "INC-fifo.json")
+    (tmp_path / "INC-outside.json").write_text("{}")
+    listed = list_incidents(tmp_path)
+    candidates = set(listed) | {
+        "INC-1", "INC-", "INC-a b", "INC-x.json", "INC-x", "inc-2", "INC-3", "INC-4", "INC-5", ".INC-6",
+        "INC-[7]", "INC-7", "INC-*", "INC-?", "INC-outside", "../INC-outside", "INC-1/../INC-1", "INC-dir.json/../INC-1", "INC-1\0",
+        "", "INC-1 ", " INC-1", "INC-1.json", "INC-dir/", "incidents/INC-1",
+    }
+    candidates |= {"".join(chars) for chars in itertools.product(("INC-", "I", "-", "1", ".", "*", "/"), repeat=3)}
+    disagree = [name for name in sorted(candidates) if is_listed(tmp_path, name) != (name in listed)]
+    assert disagree == [], f"is_listed and list_incidents disagree on {disagree}"
+    assert is_listed(tmp_path, 1001) is False  # type: ignore[arg-type]
+
+
+def test_a_read_of_an_unknown_incident_still_counts_what_is_there(tmp_path, lab, data_copy):
+    with pytest.raises(labkit.errors.UnknownIncident, match=r"not one of the 16 incidents"):
+        lab.provider().read("INC-9999")
+    assert lab.log.calls() == []
