@@ -12,7 +12,63 @@ from __future__ import annotations
 import pytest
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--run-all-again", action="store_true",
+        help="after nbval's run of a notebook, run every cell again in the same kernel (RunAllAgain)",
+    )
+
+
+class RunAllAgain(pytest.Item):
+    """Run All again in the kernel nbval just ran the notebook in, as a learner who starts over does.
+
+    Every code cell runs a second time, with everything after it already run; each must succeed,
+    or raise the error it is tagged to raise, the one the committed notebook shows. nbval's own
+    pass is the first Run All, so the lessons are not run an extra time to get there.
+    """
+
+    def runtest(self) -> None:
+        from queue import Empty
+
+        kernel = self.parent.kernel  # type: ignore[union-attr]
+        if kernel is None or not kernel.is_alive():
+            raise RuntimeError("the notebook's kernel is not running: nbval's pass did not finish")
+        timeout = self.config.option.nbval_cell_timeout
+        problems = []
+        for number, cell in enumerate(c for c in self.parent.nb.cells if c.cell_type == "code"):  # type: ignore[union-attr]
+            if not cell.source.strip():
+                continue
+            msg_id = kernel.execute_cell_input(cell.source, allow_stdin=False)
+            while True:  # the execute_reply on the shell channel: the cell has finished
+                reply = kernel.get_message(stream="shell", timeout=timeout)
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    break
+            while True:  # what the cell displayed is not compared here: drop it
+                try:
+                    kernel.get_message(stream="iopub", timeout=0)
+                except Empty:
+                    break
+            content = reply["content"]
+            raised = content.get("ename") if content["status"] == "error" else None
+            committed = next((o["ename"] for o in cell.get("outputs", []) if o.get("output_type") == "error"), None)
+            tagged = "raises-exception" in cell.metadata.get("tags", [])
+            if raised != (committed if tagged else None):
+                problems.append(f"Cell {number}: raised {raised or 'nothing'}; "
+                                f"{'tagged to raise ' + str(committed) if tagged else 'not tagged to raise'}")
+        assert problems == [], "Run All again, in the same kernel:\n" + "\n".join(problems)
+
+    def reportinfo(self):
+        return self.path, None, f"{self.path.name}: Run All again"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--run-all-again", default=False):
+        last_of: dict[object, int] = {}
+        for position, item in enumerate(items):
+            if item.path.suffix == ".ipynb" and hasattr(item.parent, "kernel"):
+                last_of[item.parent] = position
+        for parent, position in sorted(last_of.items(), key=lambda pair: -pair[1]):
+            items.insert(position + 1, RunAllAgain.from_parent(parent, name="Run All again"))
     lessons = {item.path.name[:2] for item in items if item.path.suffix == ".ipynb" and item.path.name[:2].isdigit()}
     if not lessons:
         return

@@ -1,10 +1,10 @@
 """Lessons survive what learners do to them: running again, running twice, skipping a cell.
 
-nbval checks one clean top-to-bottom run against the stored outputs; these check the
-others, each in a fresh kernel:
+nbval checks one clean top-to-bottom run against the stored outputs. Run All again after it,
+in the same kernel, is checked in nbval's own session (``make test`` passes ``--run-all-again``;
+``RunAllAgain`` in the root conftest.py), so a lesson is not run once more just to get there.
+These check the rest, each in a fresh kernel:
 
-- Run All, then Run All again in the same kernel: every cell runs twice, the second time
-  after everything has run, and succeeds (or raises its tagged error, the same each time);
 - every cell run with the code cell before it skipped (two passes: one skips the even
   cells, one the odd, the setup cell always runs): it works, or it says in one line which
   cell to run (a ``⚠`` line from labkit.lab.lesson), or, in an exercise check, it gives the
@@ -54,36 +54,6 @@ def _acceptable(cell, errors, committed: set[str]) -> str | None:
         if not (friendly or feedback):
             return f"{ename}: {evalue[:120]} (a traceback of {len(traceback)} lines)"
     return None
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_run_all_twice_in_one_kernel(path: Path):
-    """Run All, then Run All again in the same kernel, as a learner does who starts over: every
-    cell runs a second time with everything after it already run. Every run of a cell succeeds,
-    or raises the error it is tagged to raise, the same both times.
-
-    (Until lessons 12 and 13 this also ran each cell twice in a row first, a third execution;
-    the second Run All repeats every cell too, in the harder state, for two thirds of the time.)
-    """
-    notebook = nbformat.read(path, as_version=4)
-    cells = _code_cells(notebook)
-    client = _client(notebook, path)
-    problems = []
-    first_errors: dict[int, list[tuple[str, str]]] = {}
-    with client.setup_kernel():
-        for attempt in ("Run All", "Run All again"):
-            for index, cell in cells:
-                cell.outputs = []
-                client.execute_cell(cell, index)
-                errors = [(e, v) for e, v, _ in _errors(cell)]
-                tagged = "raises-exception" in cell.metadata.get("tags", [])
-                if bool(errors) != tagged:
-                    problems.append(f"cell {index + 1}, {attempt}: raised {errors[0] if errors else 'nothing'}")
-                elif attempt == "Run All":
-                    first_errors[index] = errors
-                elif errors != first_errors.get(index):
-                    problems.append(f"cell {index + 1}, {attempt}: {errors} instead of {first_errors.get(index)}")
-    assert problems == []
 
 
 @pytest.mark.parametrize("skipped", ["even", "odd"])
