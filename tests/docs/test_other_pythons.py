@@ -62,7 +62,11 @@ def test_nbval_skips_a_lesson_whose_sqlite_feature_is_missing_with_the_check_s_l
 
     items = [Item("00_setup_check.ipynb"), Item("03_durable_checkpoint.ipynb"), Item("14_choosing_an_engine.ipynb"),
              Item("14_choosing_an_engine.ipynb"), Item("test_x.py")]
-    conftest.pytest_collection_modifyitems(None, items)
+    class Config:  # without --run-all-again
+        def getoption(self, name: str, default=None):
+            return default
+
+    conftest.pytest_collection_modifyitems(Config(), items)
     reasons = [[m.kwargs.get("reason") for m in item.markers] for item in items]
     assert reasons == [["lesson 14 needs a feature: what to do"], [], ["lesson 14 needs a feature: what to do"],
                        ["lesson 14 needs a feature: what to do"], []]
