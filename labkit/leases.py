@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Generator, Sequence
 from contextlib import closing
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -237,13 +237,15 @@ def claim_txn(conn: sqlite3.Connection, incident: str, worker: str, lease_second
     return Lease(incident, token, worker, step, row["version"], now, expires, replaces)
 
 
-def claimable_txn(conn: sqlite3.Connection, now: str, *, failed_after: int | None = None) -> list[str]:
-    """Unfinished runs that nobody holds a live lease on, in incident order.
+def claimable_txn(conn: sqlite3.Connection, now: str, *, failed_after: int | None = None) -> Generator[str, None, None]:
+    """Unfinished runs that nobody holds a live lease on, in incident order, read lazily.
 
-    With ``failed_after``, a run whose lease with a token above it ended ``failed`` is left
-    out: one attempt of a ``work`` command that failed is not retried by that same command.
+    Lazily, so that a claim reads only as far as the first free run it wants, not every
+    unfinished run (which made a pool's claims grow with the backlog squared). With
+    ``failed_after``, a run whose lease with a token above it ended ``failed`` is left out:
+    one attempt of a ``work`` command that failed is not retried by that same command.
     """
-    rows = conn.execute(
+    cursor = conn.execute(
         "SELECT r.incident FROM runs r LEFT JOIN leases l ON l.token = r.lease_token"
         " WHERE r.step != 'report_completed'"
         "   AND (l.token IS NULL OR l.ended IS NOT NULL OR l.expires_at <= :now)"
@@ -252,7 +254,9 @@ def claimable_txn(conn: sqlite3.Connection, now: str, *, failed_after: int | Non
         " ORDER BY r.incident",
         {"now": now, "after": failed_after},
     )
-    return [row[0] for row in rows]
+    with closing(cursor):
+        for (incident,) in cursor:
+            yield incident
 
 
 def claim_next(conn: sqlite3.Connection, worker: str, lease_seconds: float, clock: Clock, *,
@@ -266,9 +270,11 @@ def claim_next(conn: sqlite3.Connection, worker: str, lease_seconds: float, cloc
     wanted = None if incidents is None else set(incidents)
     with transaction(conn):
         _, now = _now(clock)
-        for incident in claimable_txn(conn, now, failed_after=failed_after):
-            if wanted is None or incident in wanted:
-                return claim_txn(conn, incident, worker, seconds, clock)
+        free = claimable_txn(conn, now, failed_after=failed_after)
+        chosen = next((incident for incident in free if wanted is None or incident in wanted), None)
+        free.close()  # its cursor is closed before the claim writes
+        if chosen is not None:
+            return claim_txn(conn, chosen, worker, seconds, clock)
     return None
 
 
