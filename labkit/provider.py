@@ -134,6 +134,11 @@ def list_incidents(data: str | Path | None = None) -> list[str]:
     return sorted(path.stem for path in folder.glob(INCIDENT_FILES))
 
 
+def incident_file(data: Path, incident: str) -> Path:
+    """Where the reference provider keeps ``incident``'s snapshot: ``data/incidents/<ID>.json``."""
+    return data / "incidents" / f"{incident}.json"
+
+
 def is_listed(data: Path, incident: str) -> bool:
     """Whether :func:`list_incidents` lists ``incident``, asked of one folder entry, not all of them.
 
@@ -142,8 +147,8 @@ def is_listed(data: Path, incident: str) -> bool:
     """
     if not isinstance(incident, str) or "\0" in incident or os.sep in incident or (os.altsep and os.altsep in incident):
         return False
-    name = f"{incident}.json"
-    return fnmatch.fnmatchcase(name, INCIDENT_FILES) and os.path.lexists(data / "incidents" / name)
+    path = incident_file(data, incident)
+    return fnmatch.fnmatchcase(path.name, INCIDENT_FILES) and os.path.lexists(path)
 
 
 def call_log_for(db_path: str | Path) -> Path:
@@ -318,7 +323,7 @@ class ReferenceProvider:
         if not is_listed(self.data, incident):
             raise UnknownIncident(incident, len(self.incidents()))
         try:
-            raw = _read_regular(self.data / "incidents" / f"{incident}.json", incident)
+            raw = _read_regular(incident_file(self.data, incident), incident)
         except EvidenceRejected:  # a snapshot too big to serve: the call was made, and answered no
             self.log.append(incident, "too-large", 0)
             raise

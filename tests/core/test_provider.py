@@ -188,7 +188,7 @@ def test_a_read_asks_one_folder_entry_and_answers_as_the_listing_would(tmp_path)
     assert is_listed(tmp_path, 1001) is False  # type: ignore[arg-type]
 
 
-def test_a_read_of_an_unknown_incident_still_counts_what_is_there(tmp_path, lab, data_copy):
+def test_a_read_of_an_unknown_incident_still_counts_what_is_there(lab):
     with pytest.raises(labkit.errors.UnknownIncident, match=r"not one of the 16 incidents"):
         lab.provider().read("INC-9999")
     assert lab.log.calls() == []
