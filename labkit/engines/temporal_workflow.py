@@ -1,0 +1,47 @@
+"""The incident workflow's Temporal definition: the workflow code the server replays, and nothing else.
+
+Kept apart from :mod:`labkit.engines.temporal` because the SDK wants a workflow class defined at
+a module's top level, and importing temporalio costs a moment that nothing but a Temporal
+worker should pay: this module is imported by the worker, when one starts.
+
+The code is deterministic, as Temporal requires of a workflow: it only calls activities in a
+fixed order and decides from their recorded results, so replaying the history against it
+takes the same path every time. Each activity has a short ``start_to_close_timeout``
+(:data:`~labkit.engines.temporal.ACTIVITY_TIMEOUT`): what a worker killed inside one costs
+before the server schedules the next attempt.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from .temporal import ACTIVITY_TIMEOUT, MAX_ATTEMPTS, WORKFLOW_NAME
+
+#: A retry follows a kill at once (the timeout has already been waited out), and gives up after MAX_ATTEMPTS.
+RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=100), backoff_coefficient=1.0, maximum_attempts=MAX_ATTEMPTS)
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class IncidentWorkflow:
+    @workflow.run
+    async def run(self, incident: str, tickets: str | None) -> dict[str, Any]:
+        await _step("start_run", incident)
+        reading = await _step("read_diagnostic", incident)
+        await _step("record_evidence", incident, reading)
+        receipt = await _step("complete_report", incident)
+        ticket = None
+        if tickets:
+            sent = await _step("open_ticket", incident, tickets)
+            await _step("record_ticket", incident, sent)
+            ticket = sent["ticket"]
+        return {"incident": incident, "receipt": receipt, "ticket": ticket}
+
+
+async def _step(name: str, *args: Any) -> Any:
+    """One activity, by name, with the engine's timeout and retries: its result comes from the history on a replay."""
+    return await workflow.execute_activity(name, args=list(args), start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY)
