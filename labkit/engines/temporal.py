@@ -30,7 +30,7 @@ logs its reads beside it, so :mod:`labkit.invariants` judges a Temporal run as i
 others. The crash points are labkit's names, placed inside the activities where they mean the
 same. The worker is the calling process (the explorer's forked child): a kill at a point is a
 real SIGKILL of the worker, after which the server waits out the activity's timeout
-(:data:`ACTIVITY_TIMEOUT`, seconds so that a lesson waits seconds) and hands the next attempt to
+(:data:`~labkit.engines.temporal_workflow.ACTIVITY_TIMEOUT`, 3 s, so that a lesson waits seconds) and hands the next attempt to
 the worker started again.
 
 Each folder is a scope of its own on a shared server: its task queue and its workflow ids carry a
@@ -38,7 +38,9 @@ digest of the folder's path, so the explorer's scenarios, side by side on one se
 each other's tasks. The server's address comes from ``system_url`` or :data:`ADDRESS_ENV`.
 
 temporalio is imported only where it is used: its client starts threads (a Rust runtime) that a
-forked child would inherit broken, so every client and worker lives in a forked child.
+forked child would inherit broken, so every client and worker lives in a forked child; and the
+workflow (:mod:`labkit.engines.temporal_workflow`) is imported when a worker starts, since its
+module imports temporalio at its top, as the SDK wants (0.3 s no other command should pay).
 """
 
 from __future__ import annotations
@@ -50,7 +52,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -71,13 +72,6 @@ from .dbos import write_evidence_once
 
 #: Environment variable naming the Temporal server (``127.0.0.1:PORT``) when ``system_url`` does not.
 ADDRESS_ENV = "LABKIT_TEMPORAL_ADDRESS"
-WORKFLOW_NAME = "incident_workflow"
-#: How long an attempt may run before the server gives it up and schedules another: what a killed
-#: worker costs. Each activity takes milliseconds and the ticket's POST gives up after TICKET_TIMEOUT,
-#: so a live attempt never comes near it, even on a loaded machine.
-ACTIVITY_TIMEOUT = timedelta(seconds=3)
-#: Attempts of one activity: every kill of a scenario costs one, and a labkit error none (not retried).
-MAX_ATTEMPTS = 5
 #: The one deliberately broken activity (``explore --engine temporal --bug NAME``): the ticket keyed
 #: by the attempt, as a client minting a fresh request id each try does, so a retry opens another.
 BUGS: tuple[str, ...] = ("ticket_key_per_attempt",)
@@ -213,7 +207,7 @@ class Worker:
         from temporalio.worker import Worker as SdkWorker
         from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-        from .temporal_workflow import IncidentWorkflow
+        from .temporal_workflow import IncidentWorkflow  # here: importing it loads temporalio (0.3 s), for workers only
 
         with closing(connect(self.folder / "lab.db")):  # labkit's schema, made or checked before anything is recorded
             pass
@@ -250,6 +244,8 @@ class Worker:
         from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
         from temporalio.exceptions import WorkflowAlreadyStartedError
 
+        from .temporal_workflow import WORKFLOW_NAME  # here: its module loads temporalio, for workers only
+
         known = ReferenceProvider(call_log_for(self.folder / "lab.db")).incidents()
         if incident not in known:  # refused before the server records anything
             raise UnknownIncident(incident, len(known))
@@ -264,6 +260,8 @@ class Worker:
 
     async def running(self) -> list[str]:
         """The ids of this folder's workflows the server has not seen end."""
+        from .temporal_workflow import WORKFLOW_NAME  # here: its module loads temporalio, for workers only
+
         query = f'WorkflowType="{WORKFLOW_NAME}" AND TaskQueue="{task_queue(self.folder)}" AND ExecutionStatus="Running"'
         return [found.id async for found in self.client.list_workflows(query)]
 

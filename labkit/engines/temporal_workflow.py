@@ -1,13 +1,13 @@
 """The incident workflow's Temporal definition: the workflow code the server replays, and nothing else.
 
 Kept apart from :mod:`labkit.engines.temporal` because the SDK wants a workflow class defined at
-a module's top level, and importing temporalio costs a moment that nothing but a Temporal
-worker should pay: this module is imported by the worker, when one starts.
+a module's top level, and importing temporalio costs 0.3 s that nothing but a Temporal worker
+should pay: this module is imported by the worker, when one starts, and imports no labkit.
 
 The code is deterministic, as Temporal requires of a workflow: it only calls activities in a
 fixed order and decides from their recorded results, so replaying the history against it
 takes the same path every time. Each activity has a short ``start_to_close_timeout``
-(:data:`~labkit.engines.temporal.ACTIVITY_TIMEOUT`): what a worker killed inside one costs
+(:data:`ACTIVITY_TIMEOUT`): what a worker killed inside one costs
 before the server schedules the next attempt.
 """
 
@@ -19,9 +19,13 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
-with workflow.unsafe.imports_passed_through():
-    from .temporal import ACTIVITY_TIMEOUT, MAX_ATTEMPTS, WORKFLOW_NAME
-
+WORKFLOW_NAME = "incident_workflow"
+#: How long an attempt may run before the server gives it up and schedules another: what a killed
+#: worker costs. Each activity takes milliseconds and the ticket's POST gives up after
+#: labkit.effects.TICKET_TIMEOUT (1 s), so a live attempt never comes near it, even on a loaded machine.
+ACTIVITY_TIMEOUT = timedelta(seconds=3)
+#: Attempts of one activity: every kill of a scenario costs one, and a labkit error none (not retried).
+MAX_ATTEMPTS = 5
 #: A retry follows a kill at once (the timeout has already been waited out), and gives up after MAX_ATTEMPTS.
 RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=100), backoff_coefficient=1.0, maximum_attempts=MAX_ATTEMPTS)
 
