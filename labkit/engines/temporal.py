@@ -65,7 +65,7 @@ from ..errors import BadInput, LabError, RunFailure, UnknownIncident
 from ..jsontext import sha256_hex
 from ..provider import Reading, ReferenceProvider, call_log_for, read_with_diagnostic
 from ..receipts import find_receipt_txn
-from ..store import connect
+from ..store import connect, list_runs_txn
 from ..ticket_client import post_ticket
 from .base import INCIDENT, Engine
 from .dbos import write_evidence_once
@@ -259,11 +259,31 @@ class Worker:
         return await self.result(workflow)
 
     async def running(self) -> list[str]:
-        """The ids of this folder's workflows the server has not seen end."""
+        """The ids of this folder's workflows the server has not seen end.
+
+        The server's list (its visibility store) is written a moment after a workflow starts, so
+        each run row of ``lab.db`` is also asked about by its workflow id, which is exact: a
+        worker killed right after the run row was written is not missed.
+        """
+        from temporalio.client import WorkflowExecutionStatus
+        from temporalio.service import RPCError, RPCStatusCode
+
         from .temporal_workflow import WORKFLOW_NAME  # here: its module loads temporalio, for workers only
 
         query = f'WorkflowType="{WORKFLOW_NAME}" AND TaskQueue="{task_queue(self.folder)}" AND ExecutionStatus="Running"'
-        return [found.id async for found in self.client.list_workflows(query)]
+        found = {execution.id async for execution in self.client.list_workflows(query)}
+        with closing(connect(self.folder / "lab.db")) as conn, read_transaction(conn):
+            rows = [workflow_id(self.folder, run.incident) for run in list_runs_txn(conn)]
+        for workflow in rows:
+            try:
+                described = await self.client.get_workflow_handle(workflow).describe()
+            except RPCError as error:
+                if error.status is RPCStatusCode.NOT_FOUND:
+                    continue  # a run another engine wrote in this folder: not this server's to resume
+                raise
+            if described.status == WorkflowExecutionStatus.RUNNING:
+                found.add(workflow)
+        return sorted(found)
 
     async def recover(self) -> list[str]:
         """Wait for every unfinished workflow of this folder, which this worker's polling resumes; their ids."""
