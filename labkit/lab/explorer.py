@@ -121,7 +121,7 @@ class Scenario:
     flow: str
     crash_points: tuple[str, ...]
     bug: str | None = None
-    engine: str = "labkit"             # or "dbos": the same run flow on DBOS Transact (labkit.engines)
+    engine: str = "labkit"             # or "dbos", "temporal": the same run flow on another engine (labkit.engines)
     system_url: str | None = None      # DBOS's system database on a PostgreSQL server, not in the scenario's folder
 
     @property
@@ -481,7 +481,8 @@ def explore(db_dir: str | Path, *, pairs: bool = True, bug: str | None = None, n
     never reuses what an earlier exploration left. Scenarios share nothing, so ``workers``
     processes (default: :func:`default_workers`) play them side by side; the table is in scenario order
     whatever finished first. ``engine="dbos"`` plays the run flow's scenarios on the DBOS version of
-    the workflow (:mod:`labkit.engines`), judged by the same invariants. ``progress`` shows a bar of
+    the workflow (:mod:`labkit.engines`), ``engine="temporal"`` on the Temporal one (on a dev server
+    started for the exploration, :func:`labkit.lab.temporal_server.serving`), judged by the same invariants. ``progress`` shows a bar of
     the scenarios played, in a notebook (:mod:`labkit.lab.progress`; nbval does not compare it).
     """
     if bug is not None and bug not in CRASH_BUGS and bug not in getattr(ENGINES.get(engine), "bugs", ()):

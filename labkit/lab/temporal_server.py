@@ -97,7 +97,8 @@ class TemporalServer:
 
     @property
     def address(self) -> str:
-        if not self.running:
+        """``127.0.0.1:PORT`` while started; known without asking the process, so a forked child can read it too."""
+        if self.child is None:
             raise RuntimeError("the Temporal server is not running")
         return f"{HOST}:{self.port}"
 

@@ -116,3 +116,19 @@ def test_bad_temporal_options_are_refused_in_one_line(tmp_path, monkeypatch):
     with pytest.raises(BadInput, match="--random: random kills judge"):
         explore(tmp_path / "random", engine="temporal", random_trials=2)
     assert not (tmp_path / "random").exists()
+
+
+def test_the_history_outlives_the_server_in_its_sqlite_file(tmp_path):
+    """A worker killed after the read, the server stopped and started again on its file (on another port): the run finishes."""
+    work = tmp_path / "run"
+    work.mkdir()
+    with TemporalServer(tmp_path / "kept.sqlite") as first:
+        killed = in_child(lambda: TemporalEngine(first.address).drive(work, CrashPlan(CrashPoint.AFTER_READ), None))
+        assert killed.killed
+    with TemporalServer(tmp_path / "kept.sqlite") as again:
+        end = in_child(lambda: print(TemporalEngine(again.address).recover(work, NO_CRASH, None)),
+                       output=(work / "out", work / "err"))
+        assert end.code == 0, (work / "err").read_text()[-400:]
+        assert (work / "out").read_text().strip() == "1"  # the workflow the first server recorded, resumed
+        assert history_of(again.address, work)[-1]["type"] == "workflow_execution_completed"
+    assert CallLog(call_log_for(work / "lab.db")).reads_of(INCIDENT) == 2
