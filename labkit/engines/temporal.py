@@ -196,6 +196,14 @@ class Activities:
             return mark_done_txn(conn, effect, sent["ticket"], sent["outcome"], clock).state
 
 
+def _sandbox() -> Any:
+    """The SDK's sandbox, still guarding the workflow's calls, with modules passed through rather than
+    re-imported inside it (the workflow's package, labkit, imports what the sandbox would refuse)."""
+    from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+    return SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_all_modules())
+
+
 class Worker:
     """A client and a worker on ``folder``'s task queue, in this process: what drive, recover and restart share."""
 
@@ -205,7 +213,6 @@ class Worker:
     async def __aenter__(self) -> Worker:
         from temporalio.client import Client
         from temporalio.worker import Worker as SdkWorker
-        from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
         from .temporal_workflow import IncidentWorkflow  # here: importing it loads temporalio (0.3 s), for workers only
 
@@ -219,8 +226,7 @@ class Worker:
             # No sticky cache: a killed worker's sticky queue would hold the next workflow task for
             # seconds; without it every task goes to the shared queue and replays the history.
             max_cached_workflows=0,
-            # The sandbox still guards the workflow's calls; labkit's modules are passed through, not re-imported.
-            workflow_runner=SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_all_modules()),
+            workflow_runner=_sandbox(),
         )
         await self.sdk_worker.__aenter__()
         return self
@@ -328,6 +334,38 @@ def history_of(address: str, folder: str | Path, incident: str = INCIDENT) -> li
     import json
 
     return list(json.loads(out.read_text()))
+
+
+def replay(address: str, folder: str | Path, release: str, incident: str = INCIDENT) -> str:
+    """Replay the incident's recorded history against a release of the workflow: ``replayed`` or the SDK's refusal.
+
+    ``release`` is one of :data:`~labkit.engines.temporal_workflow.RELEASES`: ``current``, ``paging``
+    (an activity added before the read, unguarded) or ``paging-patched`` (the same under
+    ``workflow.patched``). The refusal is its first line, ``NondeterminismError: ...``. Nothing
+    runs: a replay feeds the history's recorded results to the workflow code and checks that it
+    asks for the same things in the same order. In a forked child, as every client here is.
+    """
+    out = Path(folder) / ".replay.txt"
+
+    async def check() -> None:
+        from temporalio.client import Client
+        from temporalio.worker import Replayer
+
+        from .temporal_workflow import RELEASES  # here: its module loads temporalio, for workers only
+
+        if release not in RELEASES:
+            raise BadInput(f"unknown release {release!r}; choose one of {', '.join(RELEASES)}")
+        client = await Client.connect(address)
+        history = await client.get_workflow_handle(workflow_id(folder, incident)).fetch_history()
+        replayer = Replayer(workflows=[RELEASES[release]], workflow_runner=_sandbox())
+        found = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        failure = found.replay_failure
+        out.write_text("replayed" if failure is None else f"{type(failure).__name__}: {failure}".splitlines()[0])
+
+    end = in_child(lambda: asyncio.run(check()))
+    if end.code != 0:
+        raise RuntimeError(f"the replay ended {end}")
+    return out.read_text()
 
 
 @dataclass(frozen=True)

@@ -35,17 +35,61 @@ class IncidentWorkflow:
     @workflow.run
     async def run(self, incident: str, tickets: str | None) -> dict[str, Any]:
         await _step("start_run", incident)
-        reading = await _step("read_diagnostic", incident)
-        await _step("record_evidence", incident, reading)
-        receipt = await _step("complete_report", incident)
-        ticket = None
-        if tickets:
-            sent = await _step("open_ticket", incident, tickets)
-            await _step("record_ticket", incident, sent)
-            ticket = sent["ticket"]
-        return {"incident": incident, "receipt": receipt, "ticket": ticket}
+        return await _rest(incident, tickets)
 
 
 async def _step(name: str, *args: Any) -> Any:
     """One activity, by name, with the engine's timeout and retries: its result comes from the history on a replay."""
     return await workflow.execute_activity(name, args=list(args), start_to_close_timeout=ACTIVITY_TIMEOUT, retry_policy=RETRY)
+
+
+# --------------------------------------------------------------------------- a change, replayed
+#
+# Two later releases of the same workflow, for replaying a recorded history against (the
+# counterpart of 08_versioning): each pages the on-call engineer before the read. Unguarded, a
+# replay of a run recorded before the change meets read_diagnostic where the code now schedules
+# page_oncall, and the SDK refuses it (a non-determinism error); under ``workflow.patched`` the
+# old history takes the old path and a new run the new one.
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class PagingWorkflow:
+    """The change made carelessly: a new activity before the read, for every run, recorded or not."""
+
+    @workflow.run
+    async def run(self, incident: str, tickets: str | None) -> dict[str, Any]:
+        await _step("start_run", incident)
+        await _step("page_oncall", incident)
+        return await _rest(incident, tickets)
+
+
+@workflow.defn(name=WORKFLOW_NAME)
+class PatchedPagingWorkflow:
+    """The same change under ``workflow.patched``: runs recorded before it keep the old path on replay."""
+
+    @workflow.run
+    async def run(self, incident: str, tickets: str | None) -> dict[str, Any]:
+        await _step("start_run", incident)
+        if workflow.patched(PAGING_PATCH):
+            await _step("page_oncall", incident)
+        return await _rest(incident, tickets)
+
+
+#: The patch's id, recorded in the history of every run that took the new path.
+PAGING_PATCH = "page-oncall-before-read"
+#: The releases a recorded history can be replayed against, by name.
+RELEASES: dict[str, type] = {"current": IncidentWorkflow, "paging": PagingWorkflow, "paging-patched": PatchedPagingWorkflow}
+
+
+async def _rest(incident: str, tickets: str | None) -> dict[str, Any]:
+    """The workflow after its start, unchanged by either release."""
+    reading = await _step("read_diagnostic", incident)
+    await _step("record_evidence", incident, reading)
+    receipt = await _step("complete_report", incident)
+    ticket = None
+    if tickets:
+        sent = await _step("open_ticket", incident, tickets)
+        await _step("record_ticket", incident, sent)
+        ticket = sent["ticket"]
+    return {"incident": incident, "receipt": receipt, "ticket": ticket}
+

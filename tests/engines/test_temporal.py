@@ -17,7 +17,7 @@ import pytest
 from labkit import evaluation
 from labkit.crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from labkit.engines import INCIDENT, engine
-from labkit.engines.temporal import ADDRESS_ENV, NoTemporalServer, TemporalEngine, history_of
+from labkit.engines.temporal import ADDRESS_ENV, NoTemporalServer, TemporalEngine, history_of, replay
 from labkit.errors import BadInput
 from labkit.lab.explorer import Scenario, explore, in_child, run_scenario
 from labkit.lab.temporal_server import TemporalServer
@@ -132,3 +132,13 @@ def test_the_history_outlives_the_server_in_its_sqlite_file(tmp_path):
         assert (work / "out").read_text().strip() == "1"  # the workflow the first server recorded, resumed
         assert history_of(again.address, work)[-1]["type"] == "workflow_execution_completed"
     assert CallLog(call_log_for(work / "lab.db")).reads_of(INCIDENT) == 2
+
+
+def test_a_recorded_history_refuses_an_unguarded_change_and_replays_under_a_patch(server, tmp_path):
+    """The counterpart of 08's versioning: an activity added before the read breaks the replay of a recorded run."""
+    end = in_child(lambda: engine("temporal").drive(tmp_path, NO_CRASH, None))
+    assert end.code == 0, end
+    assert replay(server.address, tmp_path, "current") == "replayed"
+    refused = replay(server.address, tmp_path, "paging")
+    assert refused.startswith("NondeterminismError") and "page_oncall" in refused and "read_diagnostic" in refused, refused
+    assert replay(server.address, tmp_path, "paging-patched") == "replayed"
