@@ -8,7 +8,10 @@ class per engine behind one interface (:class:`Engine`, in :mod:`labkit.engines.
 - ``dbos`` (:class:`~labkit.engines.dbos.DbosEngine`): the same workflow written for DBOS Transact,
   recovered by ``DBOS.launch()``; its system database in SQLite beside the run, or on the
   PostgreSQL server that ``system_url`` names (:mod:`labkit.lab.postgres_workers` runs two
-  workers on one).
+  workers on one);
+- ``temporal`` (:class:`~labkit.engines.temporal.TemporalEngine`): the same workflow as a Temporal
+  workflow with activities, on a dev server (:mod:`labkit.lab.temporal_server`), its worker
+  started again after a kill.
 
 What differs is said in each engine's class and nowhere else: how to drive and recover a run,
 and which crash points lose a read the provider already served (each engine records a read at a
@@ -22,9 +25,10 @@ from ..errors import BadInput
 from .base import INCIDENT, Engine, expected_reads, provider_for
 from .dbos import DbosEngine
 from .labkit import LabkitEngine
+from .temporal import TemporalEngine
 
 #: Every engine, by the name ``explore --engine NAME`` takes.
-ENGINES: dict[str, type[Engine]] = {kind.name: kind for kind in (LabkitEngine, DbosEngine)}
+ENGINES: dict[str, type[Engine]] = {kind.name: kind for kind in (LabkitEngine, DbosEngine, TemporalEngine)}
 
 
 class UnknownEngine(BadInput):
@@ -44,5 +48,5 @@ def engine(name: str, *, system_url: str | None = None, bug: str | None = None) 
     return kind.configured(system_url=system_url, bug=bug)
 
 
-__all__ = ["ENGINES", "INCIDENT", "DbosEngine", "Engine", "LabkitEngine", "UnknownEngine", "engine", "expected_reads",
+__all__ = ["ENGINES", "INCIDENT", "DbosEngine", "Engine", "LabkitEngine", "TemporalEngine", "UnknownEngine", "engine", "expected_reads",
            "provider_for"]

@@ -52,7 +52,7 @@ from ..coordinator import Coordinator
 from ..crashpoints import CRASH_POINTS, LEASE_POINTS, NO_CRASH, CrashPlan, CrashPoint, points
 from ..database import read_transaction
 from ..effects import Tickets
-from ..engines import INCIDENT, Engine, LabkitEngine, expected_reads, provider_for
+from ..engines import ENGINES, INCIDENT, Engine, LabkitEngine, expected_reads, provider_for
 from ..engines import engine as engine_named
 from ..engines.labkit import recorded_step
 from ..errors import BadInput, RunFailure
@@ -63,6 +63,7 @@ from ..steps import Step
 from ..store import connect, connect_readonly, find_run_txn
 from ..ticket_client import all_tickets
 from ..worker import LeasedWorker
+from . import temporal_server
 from .naive import CRASH_BUGS, coordinator_class
 from .progress import Progress
 from .ticket_service import ticket_service
@@ -120,7 +121,7 @@ class Scenario:
     flow: str
     crash_points: tuple[str, ...]
     bug: str | None = None
-    engine: str = "labkit"             # or "dbos": the same run flow on DBOS Transact (labkit.engines)
+    engine: str = "labkit"             # or "dbos", "temporal": the same run flow on another engine (labkit.engines)
     system_url: str | None = None      # DBOS's system database on a PostgreSQL server, not in the scenario's folder
 
     @property
@@ -480,10 +481,11 @@ def explore(db_dir: str | Path, *, pairs: bool = True, bug: str | None = None, n
     never reuses what an earlier exploration left. Scenarios share nothing, so ``workers``
     processes (default: :func:`default_workers`) play them side by side; the table is in scenario order
     whatever finished first. ``engine="dbos"`` plays the run flow's scenarios on the DBOS version of
-    the workflow (:mod:`labkit.engines`), judged by the same invariants. ``progress`` shows a bar of
+    the workflow (:mod:`labkit.engines`), ``engine="temporal"`` on the Temporal one (on a dev server
+    started for the exploration, :func:`labkit.lab.temporal_server.serving`), judged by the same invariants. ``progress`` shows a bar of
     the scenarios played, in a notebook (:mod:`labkit.lab.progress`; nbval does not compare it).
     """
-    if bug is not None and bug not in CRASH_BUGS:
+    if bug is not None and bug not in CRASH_BUGS and bug not in getattr(ENGINES.get(engine), "bugs", ()):
         coordinator_class(bug)  # an unknown name: the one-line UnknownBug
         raise BadExploreOption("--bug", f"{bug} breaks only under a race, which no crash reveals; explore one of {', '.join(CRASH_BUGS)}")
     if random_trials < 0:
@@ -499,8 +501,9 @@ def explore(db_dir: str | Path, *, pairs: bool = True, bug: str | None = None, n
         tasks = [partial(run_scenario, scenario, root / f"{number:03d}") for number, scenario in enumerate(chosen, start=1)]
         bar = Progress(len(tasks)) if progress else None
         try:
-            exploration.results = in_parallel(tasks, ScenarioResult.from_json, workers=workers,
-                                              on_progress=bar.to if bar is not None else None)
+            with temporal_server.serving(engine, root):  # the temporal engine's one server for every scenario
+                exploration.results = in_parallel(tasks, ScenarioResult.from_json, workers=workers,
+                                                  on_progress=bar.to if bar is not None else None)
         finally:
             if bar is not None:
                 bar.finish()
