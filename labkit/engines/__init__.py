@@ -1,4 +1,4 @@
-"""One workflow, two engines: what the contract suite, the crash explorer and 14_choosing_an_engine drive.
+"""One workflow, several engines: what the contract suite, the crash explorer and 14_choosing_an_engine drive.
 
 An engine here is whatever runs the incident workflow and brings it back after a death, one
 class per engine behind one interface (:class:`Engine`, in :mod:`labkit.engines.base`):
@@ -8,7 +8,9 @@ class per engine behind one interface (:class:`Engine`, in :mod:`labkit.engines.
 - ``dbos`` (:class:`~labkit.engines.dbos.DbosEngine`): the same workflow written for DBOS Transact,
   recovered by ``DBOS.launch()``; its system database in SQLite beside the run, or on the
   PostgreSQL server that ``system_url`` names (:mod:`labkit.lab.postgres_workers` runs two
-  workers on one).
+  workers on one);
+- ``langgraph`` (:class:`~labkit.engines.langgraph.LangGraphEngine`): the same workflow as a
+  LangGraph graph on its SQLite checkpointer, resumed by thread id.
 
 What differs is said in each engine's class and nowhere else: how to drive and recover a run,
 and which crash points lose a read the provider already served (each engine records a read at a
@@ -22,9 +24,10 @@ from ..errors import BadInput
 from .base import INCIDENT, Engine, expected_reads, provider_for
 from .dbos import DbosEngine
 from .labkit import LabkitEngine
+from .langgraph import LangGraphEngine
 
 #: Every engine, by the name ``explore --engine NAME`` takes.
-ENGINES: dict[str, type[Engine]] = {kind.name: kind for kind in (LabkitEngine, DbosEngine)}
+ENGINES: dict[str, type[Engine]] = {kind.name: kind for kind in (LabkitEngine, DbosEngine, LangGraphEngine)}
 
 
 class UnknownEngine(BadInput):
@@ -44,5 +47,5 @@ def engine(name: str, *, system_url: str | None = None, bug: str | None = None) 
     return kind.configured(system_url=system_url, bug=bug)
 
 
-__all__ = ["ENGINES", "INCIDENT", "DbosEngine", "Engine", "LabkitEngine", "UnknownEngine", "engine", "expected_reads",
+__all__ = ["ENGINES", "INCIDENT", "DbosEngine", "Engine", "LabkitEngine", "LangGraphEngine", "UnknownEngine", "engine", "expected_reads",
            "provider_for"]

@@ -120,7 +120,7 @@ class Scenario:
     flow: str
     crash_points: tuple[str, ...]
     bug: str | None = None
-    engine: str = "labkit"             # or "dbos": the same run flow on DBOS Transact (labkit.engines)
+    engine: str = "labkit"             # or "dbos", "langgraph": the same run flow on another engine (labkit.engines)
     system_url: str | None = None      # DBOS's system database on a PostgreSQL server, not in the scenario's folder
 
     @property
@@ -483,7 +483,7 @@ def explore(db_dir: str | Path, *, pairs: bool = True, bug: str | None = None, n
     the workflow (:mod:`labkit.engines`), judged by the same invariants. ``progress`` shows a bar of
     the scenarios played, in a notebook (:mod:`labkit.lab.progress`; nbval does not compare it).
     """
-    if bug is not None and bug not in CRASH_BUGS:
+    if bug is not None and engine == "labkit" and bug not in CRASH_BUGS:  # another engine names its own bugs
         coordinator_class(bug)  # an unknown name: the one-line UnknownBug
         raise BadExploreOption("--bug", f"{bug} breaks only under a race, which no crash reveals; explore one of {', '.join(CRASH_BUGS)}")
     if random_trials < 0:
