@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, TypedDict
 
+from .. import contract
 from ..children import in_child
 from ..contract import check_evidence
 from ..coordinator import Coordinator
@@ -222,7 +223,7 @@ class IncidentGraph:
         known = self.provider.incidents()
         if incident not in known:
             raise UnknownIncident(incident, len(known))
-        if self.threads().get(incident) is not None:
+        if incident in self.threads():
             return self.resume(incident)
         return self.graph.invoke({"incident": incident, "tickets": tickets}, self.config(incident), durability=DURABILITY)
 
@@ -242,6 +243,18 @@ class IncidentGraph:
             self.resume(thread)
         return unfinished
 
+    def checkpoints(self, incident: str) -> list[dict[str, object]]:
+        """The thread's checkpoints, oldest first: what the checkpointer keeps (see :func:`checkpoints_of`)."""
+        rows = []
+        for snapshot in reversed(list(self.graph.get_state_history(self.config(incident)))):
+            rows.append({
+                "step": snapshot.metadata.get("step") if snapshot.metadata else None,
+                "source": snapshot.metadata.get("source") if snapshot.metadata else None,
+                "next": ", ".join(snapshot.next) or "(ended)",
+                "kept": ", ".join(sorted(key for key in snapshot.values if key != "tickets")),
+            })
+        return rows
+
     def close(self) -> None:
         self.conn.close()
 
@@ -253,6 +266,51 @@ def opened(folder: str | Path, **options: Any) -> Iterator[IncidentGraph]:
         yield graph
     finally:
         graph.close()
+
+
+def checkpoints_of(folder: str | Path, incident: str = INCIDENT) -> list[dict[str, object]]:
+    """What the checkpointer keeps for ``incident``'s thread, oldest checkpoint first.
+
+    Each row: the super-step it closed (``-1`` the input), its source (``input``, ``loop``), the
+    node(s) it says run next (``(ended)`` for none), and the state keys it holds (``response``
+    once read_diagnostic returned, ``receipt`` once complete_report did ...).
+    """
+    with opened(folder) as graph:
+        return graph.checkpoints(incident)
+
+
+@dataclass(frozen=True)
+class KillInsideANode:
+    """What :func:`kill_inside_a_node` saw: the kill, what the checkpointer kept, and what ran again."""
+
+    point: str
+    killed_in: str                            # the node the point is inside
+    killed: bool                              # the child was SIGKILLed there
+    kept: list[dict[str, object]]             # the thread's checkpoints after the kill (:func:`checkpoints_of`)
+    runs_again: tuple[str, ...]               # the latest checkpoint's next node(s): what resuming runs first
+    after_resume: list[dict[str, object]]     # the checkpoints once the thread was resumed to its end
+
+
+def kill_inside_a_node(folder: str | Path, point: str | CrashPoint, tickets: str | None = None,
+                       incident: str = INCIDENT) -> KillInsideANode:
+    """Drive ``incident`` in a forked child SIGKILLed at ``point``, look at the checkpoints, resume by thread id.
+
+    For 14_choosing_an_engine: the node the point is inside is the one the latest checkpoint
+    names next, so it runs again from its start. A point of the ticket node needs ``tickets``.
+    """
+    point = CrashPoint(point)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    engine = LangGraphEngine()
+    engine.warm()  # imported here once: each child below inherits it
+    end = in_child(lambda: engine.drive(folder, CrashPlan(point), tickets, incident))
+    with opened(folder) as graph:
+        kept = graph.checkpoints(incident)
+        runs_again = graph.threads().get(incident, ())
+    resumed = in_child(lambda: engine.recover(folder, NO_CRASH, tickets))
+    if resumed.code != 0:
+        raise GraphFailed(incident, f"its resume ended {resumed}")
+    return KillInsideANode(point.value, NODE_OF[point], end.killed, kept, runs_again, checkpoints_of(folder, incident))
 
 
 @dataclass(frozen=True)
@@ -280,8 +338,11 @@ class LangGraphEngine(Engine):
         return cls(bug)
 
     def warm(self) -> None:
+        """LangGraph's import (about a second) and the evidence contract's validator, once, before the children fork."""
         import langgraph.checkpoint.sqlite  # noqa: F401 - an optional heavy dependency: imported once, not in every child
         import langgraph.graph  # noqa: F401
+
+        contract._validator()
 
     def drive(self, folder: Path, crash: CrashPlan, tickets: str | None, incident: str = INCIDENT) -> str:
         with opened(folder, crash=crash, bug=self.bug) as graph:
@@ -325,4 +386,5 @@ class LangGraphEngine(Engine):
         return int(out.read_text())
 
 
-__all__ = ["BUGS", "CHECKPOINTS", "DURABILITY", "NODES", "NODE_OF", "IncidentGraph", "LangGraphEngine", "ticket_key"]
+__all__ = ["BUGS", "CHECKPOINTS", "DURABILITY", "NODES", "NODE_OF", "IncidentGraph", "KillInsideANode", "LangGraphEngine",
+           "checkpoints_of", "kill_inside_a_node", "ticket_key"]
