@@ -7,6 +7,7 @@ red, the checkpointer must keep what lesson 14 says it keeps, and bad input must
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import subprocess
 import sys
@@ -14,12 +15,14 @@ from contextlib import closing
 
 import pytest
 
-from labkit.crashpoints import CrashPlan
+from labkit.crashpoints import CrashPlan, points
 from labkit.engines import INCIDENT, engine
 from labkit.engines.langgraph import CHECKPOINTS, LangGraphEngine, checkpoints_of, kill_inside_a_node
 from labkit.errors import BadInput
-from labkit.lab.explorer import Scenario, in_child, run_scenario
+from labkit.lab.explorer import Scenario, explore, in_child, run_scenario
 from labkit.lab.ticket_service import ticket_service
+
+RUN_POINTS = points(tickets=True)
 
 
 def test_a_ticket_node_that_sends_under_a_fresh_key_turns_the_after_send_row_red(tmp_path):
@@ -97,3 +100,13 @@ def test_bad_langgraph_options_are_refused_in_one_line(tmp_path):
     assert cli.stderr.startswith("labkit: error: --random: random kills judge a repeated read") and cli.stderr.count("\n") == 1
     assert not (tmp_path / "cli").exists()
 
+
+
+@pytest.mark.skipif(not os.environ.get("LABKIT_SOAK"), reason="every pair on LangGraph takes about 15 s: make soak")
+def test_every_pair_of_kills_on_langgraph_holds_every_invariant(tmp_path):
+    exploration = explore(tmp_path / "pairs", engine="langgraph")
+    assert len(exploration.results) == len(RUN_POINTS) * (1 + len(RUN_POINTS))
+    assert [r.name for r in exploration.results if r.broken] == []
+    second_reads = {r.name for r in exploration.results if r.provider_reads == 2}
+    assert all("after_read" in name for name in second_reads) and "after_read" in second_reads
+    print(f"\n{len(exploration.results)} LangGraph scenarios in {exploration.seconds:.1f} s, all held")
