@@ -17,7 +17,7 @@ The graph, one node per piece of the workflow, each a super-step of its own:
 node                  its work                                                   crash points inside it
 ====================  =========================================================  ==============================
 ``read_diagnostic``   the run row, the provider's read, the evidence contract    before_read, after_read
-``record_evidence``   the reading as evidence, once (:func:`write_evidence_once`)  before/after_evidence_commit
+``record_evidence``   the reading as evidence, once (``write_evidence_once``)    before/after_evidence_commit
 ``complete_report``   labkit's completion: report and receipt in one commit      before_receipt_write,
                                                                                  before/after_completion_commit
 ``open_ticket``       the ticket under a key of thread and node, then its row    before_send, after_send
@@ -69,8 +69,6 @@ from .dbos import write_evidence_once
 CHECKPOINTS = "langgraph-checkpoints.sqlite"
 #: LangGraph's durability mode for every invoke: each super-step's checkpoint written before the next starts.
 DURABILITY = "sync"
-#: The graph's nodes, in the order they run.
-NODES = ("read_diagnostic", "record_evidence", "complete_report", "open_ticket")
 #: The node each business crash point is inside: the node that runs again after a kill there.
 NODE_OF: dict[CrashPoint, str] = {
     CrashPoint.BEFORE_READ: "read_diagnostic", CrashPoint.AFTER_READ: "read_diagnostic",
@@ -364,7 +362,7 @@ class LangGraphEngine(Engine):
         and a process that forks (the explorer's workers) must not hold them."""
         end = in_child(lambda: self.recover(folder, NO_CRASH, tickets))
         if end.code != 0:
-            raise GraphFailed(INCIDENT, f"the last resume ended {end}")
+            raise RunFailure(f"the last LangGraph resume ended {end}")
         return f"resumed: {end}"
 
     def recovered_again(self, folder: Path, tickets: str | None) -> int:
@@ -386,5 +384,5 @@ class LangGraphEngine(Engine):
         return int(out.read_text())
 
 
-__all__ = ["BUGS", "CHECKPOINTS", "DURABILITY", "NODES", "NODE_OF", "IncidentGraph", "KillInsideANode", "LangGraphEngine",
+__all__ = ["BUGS", "CHECKPOINTS", "DURABILITY", "NODE_OF", "IncidentGraph", "KillInsideANode", "LangGraphEngine",
            "checkpoints_of", "kill_inside_a_node", "ticket_key"]

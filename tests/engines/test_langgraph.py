@@ -44,7 +44,7 @@ def test_an_evidence_node_that_writes_without_looking_never_completes_after_a_ki
     assert result.reached == (True,)
     assert set(result.broken) == {1, 2, 7}, result.broken  # not completed, no receipt, every resume stops again
     assert (result.receipts, result.tickets, result.completed) == (0, 0, False)
-    assert result.final_recovery.startswith("failed: GraphFailed"), result.final_recovery
+    assert result.final_recovery.startswith("failed: RunFailure: the last LangGraph resume ended exit 1"), result.final_recovery
     fixed = run_scenario(Scenario("run", ("after_evidence_commit",), None, "langgraph"), tmp_path / "fixed")
     assert fixed.broken == {} and (fixed.receipts, fixed.tickets) == (1, 1)
 
