@@ -7,7 +7,7 @@
 #   make test       unit tests, crash suite and strict nbval over every notebook (installs the developers' tools)
 #   make notebooks  re-execute every notebook in place, and rewrite its text copy in notebooks/text/ (commit both)
 #   make bench      labkit against bare SQLite, DBOS and LangGraph (installs them into .venv/bench), then timings
-#   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races, every pair of kills on DBOS and on Temporal,
+#   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races, every pair of kills on DBOS, on Temporal and on LangGraph,
 #                   work pools under random SIGKILLs and stalls (LABKIT_SOAK_TRIALS=20 trials), and 240 runs
 #                   killed at a random moment of SQLite's work (LABKIT_RANDOM_TRIALS=240) and half as many after a random delay, and two ticket services on one store
 #                   SIGKILLed and restarted at random for 20 rounds (no acknowledged ticket lost), and secrets planted
@@ -121,7 +121,7 @@ soak: $(DEV_STAMP)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/core/test_concurrency.py -q -k "fault1 or fault11"
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/mechanisms/test_work_pool.py -q -s -n 0 -k soak
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/lab/test_explorer.py -q -s -n 0 -k soak
-	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/engines/test_engines.py -q -s -n 0 -k every_pair
+	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/engines/test_engines.py tests/engines/test_langgraph.py -q -s -n 0 -k every_pair
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/lab/test_ticket_services_sharing_a_store.py -q -s -n 0 -k soak
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/mechanisms/test_redaction_contract.py -q -n 0
 

@@ -15,8 +15,8 @@
     python -m labkit work --db PATH --workers N [--incident ID ...] [--lease-seconds S] [--provider-delay S] [--crash-at POINT]
     python -m labkit bench [--peers] [--json] [--rounds N] [--incidents N]
     python -m labkit evaluate --db PATH [--json] [--ticket-store PATH]
-    python -m labkit explore --db-dir PATH [--engine labkit|dbos|temporal] [--random N --seed S] [--bug NAME] [--singles]
-                             [--workers N] [--json]
+    python -m labkit explore --db-dir PATH [--engine NAME] [--random N --seed S] [--bug NAME] [--singles] [--workers N] [--json]
+        (NAME: labkit, dbos, temporal or langgraph)
     python -m labkit reset [--lesson NN]
 
 Exit codes: 0 done; 2 bad input (one line on stderr naming the problem; nothing changed);
@@ -209,10 +209,12 @@ def _parser(words: list[str] | None = None) -> argparse.ArgumentParser:
     exp.add_argument("--random", type=_whole, action=_Once, metavar="N", help="also N kills at random moments of the run (default 0)")
     exp.add_argument("--seed", type=_whole, action=_Once, metavar="S", help="the random kills' seed (default 0)")
     exp.add_argument("--bug", metavar="NAME", action=_Once, help="explore a deliberately broken coordinator: " + ", ".join(CRASH_BUGS)
-                     + "; with --engine temporal, its broken activity: " + ", ".join(TEMPORAL_BUGS))
+                     + "; with --engine temporal, its broken activity: " + ", ".join(TEMPORAL_BUGS)
+                     + "; with --engine langgraph, one of its non-idempotent nodes (a wrong name lists them)")
     exp.add_argument("--engine", metavar="NAME", action=_Once,
-                     help="the workflow's engine: labkit (default), dbos or temporal: the same run on DBOS Transact, "
-                          "or on a Temporal dev server the explorer starts (14_choosing_an_engine)")
+                     help="the workflow's engine: labkit (default), or the same run on dbos (DBOS Transact), temporal "
+                          "(a Temporal dev server the explorer starts) or langgraph (LangGraph's SQLite checkpointer): "
+                          "14_choosing_an_engine")
     exp.add_argument("--singles", action="store_true", help="single crashes only, no pairs")
     exp.add_argument("--workers", type=_whole, action=_Once, metavar="N", help="processes playing scenarios at once (default: two a core)")
     exp.add_argument("--json", action="store_true", help="print one JSON object")

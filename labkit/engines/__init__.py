@@ -1,4 +1,4 @@
-"""One workflow, two engines: what the contract suite, the crash explorer and 14_choosing_an_engine drive.
+"""One workflow, several engines: what the contract suite, the crash explorer and 14_choosing_an_engine drive.
 
 An engine here is whatever runs the incident workflow and brings it back after a death, one
 class per engine behind one interface (:class:`Engine`, in :mod:`labkit.engines.base`):
@@ -12,6 +12,8 @@ class per engine behind one interface (:class:`Engine`, in :mod:`labkit.engines.
 - ``temporal`` (:class:`~labkit.engines.temporal.TemporalEngine`): the same workflow as a Temporal
   workflow with activities, on a dev server (:mod:`labkit.lab.temporal_server`), its worker
   started again after a kill.
+- ``langgraph`` (:class:`~labkit.engines.langgraph.LangGraphEngine`): the same workflow as a
+  LangGraph graph on its SQLite checkpointer, resumed by thread id.
 
 What differs is said in each engine's class and nowhere else: how to drive and recover a run,
 and which crash points lose a read the provider already served (each engine records a read at a
@@ -25,10 +27,11 @@ from ..errors import BadInput
 from .base import INCIDENT, Engine, expected_reads, provider_for
 from .dbos import DbosEngine
 from .labkit import LabkitEngine
+from .langgraph import LangGraphEngine
 from .temporal import TemporalEngine
 
 #: Every engine, by the name ``explore --engine NAME`` takes.
-ENGINES: dict[str, type[Engine]] = {kind.name: kind for kind in (LabkitEngine, DbosEngine, TemporalEngine)}
+ENGINES: dict[str, type[Engine]] = {kind.name: kind for kind in (LabkitEngine, DbosEngine, TemporalEngine, LangGraphEngine)}
 
 
 class UnknownEngine(BadInput):
@@ -48,5 +51,6 @@ def engine(name: str, *, system_url: str | None = None, bug: str | None = None) 
     return kind.configured(system_url=system_url, bug=bug)
 
 
-__all__ = ["ENGINES", "INCIDENT", "DbosEngine", "Engine", "LabkitEngine", "TemporalEngine", "UnknownEngine", "engine", "expected_reads",
+__all__ = ["ENGINES", "INCIDENT", "DbosEngine", "Engine", "LabkitEngine", "LangGraphEngine", "TemporalEngine", "UnknownEngine", "engine",
+           "expected_reads",
            "provider_for"]

@@ -108,3 +108,13 @@ def test_make_lab_installs_the_learners_set_without_npm_and_make_test_adds_the_r
     assert re.search(r"^lab: \$\(STAMP\)$", make, re.M)
     for target in ("test", "unit", "soak", "test-under-load"):
         assert re.search(rf"^{target}: \$\(DEV_STAMP\)$", make, re.M), target
+
+
+def test_langsmiths_pytest_plugin_is_blocked_by_its_entry_point_name(pytestconfig):
+    """LangGraph (requirements.txt) brings langsmith, whose pytest plugin would load into every test run;
+    pyproject's addopts block it by its entry point's name, which a rename upstream would silently miss."""
+    names = {point.name for point in importlib.metadata.entry_points(group="pytest11") if point.value.startswith("langsmith")}
+    if not names:
+        pytest.skip("langsmith is not installed here: no plugin to block")
+    assert all(pytestconfig.pluginmanager.is_blocked(name) for name in names), names
+    assert "langsmith.pytest_plugin" not in sys.modules

@@ -1,4 +1,4 @@
-"""The contract suite, once per engine: labkit's coordinator and the same workflow on DBOS Transact and on Temporal.
+"""The contract suite, once per engine: labkit's coordinator and the same workflow on DBOS Transact, on Temporal and on LangGraph.
 
 Each scenario is a real forked process SIGKILLed at a crash point, then the engine's own
 recovery (``labkit recover``, ``DBOS.launch()``, or a Temporal worker started again), then one invariant code for all
@@ -31,12 +31,14 @@ from labkit.lab.ticket_service import ticket_service
 from labkit.provider import CallLog, ReferenceProvider, call_log_for
 
 RUN_POINTS = points(tickets=True)
-ENGINES = ("labkit", "dbos")
+ENGINES = ("labkit", "dbos", "langgraph")
 
 #: Written by hand from each engine's design, not read from labkit.engines: where a kill costs a
 #: second read. labkit commits the read with its evidence; DBOS records it when the step returns,
-#: which is before the evidence transaction.
-SECOND_READ = {"labkit": {"after_read", "before_evidence_commit"}, "dbos": {"after_read"}, "temporal": {"after_read"}}
+#: which is before the evidence transaction; Temporal when the read activity's result reaches the server;
+#: LangGraph checkpoints it when the read node returns.
+SECOND_READ = {"labkit": {"after_read", "before_evidence_commit"}, "dbos": {"after_read"}, "temporal": {"after_read"},
+               "langgraph": {"after_read"}}
 
 
 def _run_dbos(folder: Path, incident: str, url: str | None, crash: CrashPlan = NO_CRASH, **options) -> object:
@@ -76,6 +78,9 @@ def test_a_kill_at_every_point_is_recovered_by_either_engine_with_every_invarian
     labkit_score = evaluation.recovery_from_scenarios([r.row() for r in singles["labkit"].results if r.scenario.flow == "run"])
     dbos_score = evaluation.recovery_from_scenarios([r.row() for r in singles["dbos"].results])
     assert (dbos_score.runs, dbos_score.completed, dbos_score.duplicate_receipts, dbos_score.duplicate_effects) == (9, 9, 0, 0)
+    langgraph_score = evaluation.recovery_from_scenarios([r.row() for r in singles["langgraph"].results])
+    assert (langgraph_score.runs, langgraph_score.completed, langgraph_score.duplicate_receipts,
+            langgraph_score.duplicate_effects, langgraph_score.rereads) == (9, 9, 0, 0, 1)
     assert (labkit_score.runs, labkit_score.completed, labkit_score.duplicate_receipts, labkit_score.duplicate_effects) == (9, 9, 0, 0)
     assert (labkit_score.rereads, dbos_score.rereads) == (2, 1)  # one point fewer in DBOS's read window
 
@@ -166,6 +171,7 @@ def test_both_scorecards_read_a_dbos_run_as_they_read_a_labkit_one(tmp_path):
             assert end.code == 0, end
         scores[name] = evaluation.evaluate(folder / "lab.db", ticket_store=folder / "tickets.db").as_json()
     assert scores["dbos"] == scores["labkit"]
+    assert scores["langgraph"] == scores["labkit"]
     assert scores["dbos"]["recovery"]["completed"] == len(incidents)
     assert scores["dbos"]["recovery"]["duplicate_effects"] == 0
     assert scores["dbos"]["task"]["scored"] == len(incidents)  # every run's diagnosis scored against the ground truth
@@ -209,7 +215,7 @@ def test_dbos_refuses_a_business_database_that_is_not_labkits_and_leaves_it_as_i
 
 
 def test_bad_engine_options_are_refused_in_one_line(tmp_path):
-    with pytest.raises(UnknownEngine, match="unknown engine 'cadence'; choose one of labkit, dbos, temporal"):
+    with pytest.raises(UnknownEngine, match="unknown engine 'cadence'; choose one of labkit, dbos, temporal, langgraph"):
         engine("cadence")
     with pytest.raises(BadInput, match="the dbos engine has none to break"):
         engine("dbos", bug="no_receipt_key")
@@ -221,7 +227,7 @@ def test_bad_engine_options_are_refused_in_one_line(tmp_path):
     cli = subprocess.run([sys.executable, "-m", "labkit", "explore", "--db-dir", str(tmp_path / "cli"), "--engine", "cadence"],
                          capture_output=True, text=True, timeout=60)
     assert (cli.returncode, cli.stdout) == (2, "")
-    assert cli.stderr.strip().splitlines() == ["labkit: error: unknown engine 'cadence'; choose one of labkit, dbos, temporal"]
+    assert cli.stderr.strip().splitlines() == ["labkit: error: unknown engine 'cadence'; choose one of labkit, dbos, temporal, langgraph"]
     assert not (tmp_path / "cli").exists()
 
 
