@@ -288,12 +288,12 @@ def test_summaries_and_signals_fit_the_contract_even_with_the_longest_names():
 # --------------------------------------------------------------------------- contract revision 2
 
 
-def test_contract_revision_2_accepts_every_shipped_incident_under_both_rule_revisions(tmp_path):
+def test_the_newest_contract_accepts_every_shipped_incident_under_every_rule_revision(tmp_path):
     for revision in RULES_REVISIONS:
         provider = labkit.ReferenceProvider(tmp_path / "calls.jsonl", rules_revision=revision)
         for incident in IDS:
             body = labkit.check_evidence(provider.read(incident), incident)
-            assert body["contract"] == "queue-evidence/2"
+            assert body["contract"] == "queue-evidence/3"
 
 
 def test_contract_revision_2_refuses_the_idle_state(tmp_path):
@@ -319,13 +319,16 @@ def test_each_revision_has_its_own_schema_file():
     assert schema_for(labkit.CONTRACT) == labkit.contract.SCHEMA_PATH
     first = json.loads(schema_for("queue-evidence/1").read_text(encoding="utf-8"))
     second = json.loads(schema_for("queue-evidence/2").read_text(encoding="utf-8"))
-    for schema in (first, second):
+    third = json.loads(schema_for("queue-evidence/3").read_text(encoding="utf-8"))
+    for schema in (first, second, third):
         Draft202012Validator.check_schema(schema)
+    assert third["properties"]["contract"]["const"] == "queue-evidence/3"
+    assert "required" not in third["properties"]["queue"]["properties"]["message_stats"], "counters are absent until they move"
     assert first["properties"]["contract"]["const"] == "queue-evidence/1"
     assert "idle" not in second["properties"]["queue"]["properties"]["state"]["enum"]
     assert {"unknown", "disk_alarm"} <= set(second["properties"]["diagnosis"]["properties"]["kind"]["enum"])
     with pytest.raises(ValueError):
-        schema_for("queue-evidence/3")
+        schema_for("queue-evidence/4")
 
 
 def test_a_revision_1_response_still_validates_against_revision_1(tmp_path):
