@@ -107,11 +107,11 @@ def test_the_reference_provider_says_who_decides(lab):
     assert second.decision_inputs == {"provider": "reference-rules", "rules_revision": 2, "prompt_revision": None}
 
 
-@pytest.mark.parametrize("revision", [0, 3, True, "2", None])
+@pytest.mark.parametrize("revision", [0, 4, True, "2", None])
 def test_an_unknown_rules_revision_is_refused_before_any_read(lab, revision):
     with pytest.raises(UnknownRulesRevision) as caught:
         labkit.ReferenceProvider(lab.call_log, rules_revision=revision)
-    assert isinstance(caught.value, labkit.errors.BadInput) and "1, 2" in str(caught.value)
+    assert isinstance(caught.value, labkit.errors.BadInput) and "1, 2, 3" in str(caught.value)
     assert not lab.call_log.exists()
 
 

@@ -509,3 +509,48 @@ def test_a_newer_schema_a_damaged_call_log_and_a_bad_ticket_store_are_refused(la
     content = lab.db.read_bytes()
     refused(cli_main("evaluate", "--db", lab.db, "--json"), f"schema version {labkit.store.SCHEMA_VERSION + 1}")
     assert lab.db.read_bytes() == content
+
+
+# --------------------------------------------------------------------------- the rules on labelled sets, no database
+
+
+def write_capture(folder: Path, incident: str, situation: str, expected: str, snapshot: dict) -> None:
+    capture = {"incident": incident, "situation": situation, "expected_kind": expected,
+               **{key: value for key, value in snapshot.items() if key != "incident"}}
+    (folder / f"{incident}-{situation}.json").write_text(json.dumps(capture), encoding="utf-8")
+
+
+def test_the_rules_are_scored_on_the_lab_incidents_as_the_lessons_say():
+    scores = evaluation.compare_rules([evaluation.incident_set()])
+    name = evaluation.incident_set().name
+    assert [(scores[(name, revision)].correct, scores[(name, revision)].scored) for revision in (1, 2, 3)] == [(14, 16), (16, 16), (16, 16)]
+    wrong = {(w["incident"], w["truth"], w["predicted"]) for w in scores[(name, 1)].misdiagnosed}
+    assert wrong == {("INC-1007", "consumer_outage", "consumer_lag"), ("INC-1011", "poison_message", "false_alarm")}
+
+
+def test_a_capture_a_revision_cannot_read_counts_as_wrong_not_as_left_out(tmp_path):
+    snapshot = json.loads((labkit.provider.data_dir() / "incidents" / "INC-1013.json").read_text(encoding="utf-8"))
+    del snapshot["queue"]["message_stats"]  # never published to: a live broker sends no message_stats
+    write_capture(tmp_path, "INC-9081", "idle", "false_alarm", snapshot)
+    burst = json.loads((labkit.provider.data_dir() / "incidents" / "INC-1006.json").read_text(encoding="utf-8"))
+    burst["queue"]["messages_details"]["rate"] = -268.0  # rates sampled at different instants disagree by 19/s
+    write_capture(tmp_path, "INC-9061", "drained-burst", "false_alarm", burst)
+    captures = evaluation.capture_set(tmp_path, "two captures")
+    assert sorted(captures.truth) == ["INC-9061 drained-burst", "INC-9081 idle"]
+    scores = evaluation.compare_rules([captures])
+    assert [(scores[("two captures", r)].correct, scores[("two captures", r)].scored) for r in (1, 2, 3)] == [(1, 2), (0, 2), (2, 2)]
+    assert {w["predicted"] for w in scores[("two captures", 2)].misdiagnosed} == {evaluation.CANNOT_READ, "unknown"}
+    frame = evaluation.rules_comparison_frame(scores)
+    assert list(frame["cannot_read"]) == [1, 1, 0] and list(frame["correct"]) == [1, 0, 2], "revision 1 calls anything unmatched healthy"
+    assert "false_alarm -> unknown x1" in frame["misses"][1]
+    text = evaluation.rules_comparison_text(scores)
+    assert "rules 2, two captures: INC-9061 drained-burst is false_alarm, said unknown" in text.splitlines()
+
+
+def test_a_capture_without_an_answer_is_refused(tmp_path):
+    snapshot = json.loads((labkit.provider.data_dir() / "incidents" / "INC-1013.json").read_text(encoding="utf-8"))
+    write_capture(tmp_path, "INC-9081", "idle", "all_good", snapshot)
+    with pytest.raises(BadGroundTruth):
+        evaluation.capture_set(tmp_path)
+    with pytest.raises(BadGroundTruth):
+        evaluation.capture_set(tmp_path / "nothing-here")
