@@ -106,27 +106,31 @@ def test_nodes_list_the_whole_cluster_and_alarms_follow_the_watermarks(path):
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)
-def test_messages_are_conserved_as_far_as_a_live_broker_shows(path):
-    """d(messages)/dt = publish - ack, within what a live broker's rates allow; a delivery limit only loses messages.
+def test_a_steady_queue_balances_and_a_moving_one_need_not(path):
+    """publish - ack - d(messages)/dt, as far as a live broker's rates show it.
 
-    A live broker's rates are averages sampled at slightly different instants, so while a queue drains,
-    lags or is in flow they disagree by more than rounding (8 of 48 samples on RabbitMQ 3.10.8 missed by
-    over 0.5/s): up to RATE_SLACK of the flow plus UNEXPLAINED_RATE, the bound rules revision 3 reads
-    health with. A quorum queue with x-delivery-limit loses the messages dead-lettered at the limit, and
-    only while it redelivers; no queue gains messages nobody published.
+    The rates are averages sampled at slightly different instants. In the 45 captures from RabbitMQ
+    3.10.8 (data/captures/), 19 miss the balance by more than 0.5/s: a burst draining by 1,600/s,
+    consumers with auto-ack (no ack counter), a stream. Of the 17 whose count was steady (changing by
+    less than 0.5/s plus 10% of the flow), 16 balanced within that same slack (zombies stopping mid-sample
+    did not). So a steady queue here balances within UNEXPLAINED_RATE plus RATE_SLACK of the flow, the
+    bound rules revision 3 reads health with; a draining, lagging or flowing one may miss by any amount.
+    A quorum queue with x-delivery-limit may lose more while it redelivers: messages dead-lettered at the
+    limit (INC-1011).
     """
     queue = load(path)["queue"]
     stats = queue["message_stats"]
-    publish, ack, redeliver = (stats[f"{name}_details"]["rate"] for name in ("publish", "ack", "redeliver"))
+    publish, ack, deliver, redeliver = (stats[f"{name}_details"]["rate"] for name in ("publish", "ack", "deliver_get", "redeliver"))
     change = queue["messages_details"]["rate"]
-    unexplained = publish - ack - change
-    slack = UNEXPLAINED_RATE + RATE_SLACK * max(publish, ack, abs(change))
-    assert unexplained >= -slack, f"{-unexplained:.2f}/s more messages than were published"
-    if queue["type"] == "quorum" and "x-delivery-limit" in queue["arguments"] and redeliver > 0:
-        return
-    assert abs(unexplained) <= slack, f"{unexplained:.2f}/s of messages are unaccounted for"
+    slack = UNEXPLAINED_RATE + RATE_SLACK * max(publish, ack, deliver)
     if queue["messages"] == 0:
-        assert change <= 0
+        assert change <= 0, "an empty queue does not grow"
+    if abs(change) > slack or queue["state"] != "running":
+        return  # draining, lagging or in flow: a live broker's rates need not balance
+    if queue["type"] == "quorum" and "x-delivery-limit" in queue["arguments"] and redeliver > 0:
+        assert publish - ack - change >= -slack, "dead-lettering at the limit only loses messages"
+        return
+    assert abs(publish - ack - change) <= slack, f"{publish - ack - change:.2f}/s unaccounted for in a steady queue"
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)
