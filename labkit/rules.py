@@ -310,7 +310,7 @@ def _rules_3(o: _Reader) -> dict:
     ack, redeliver = o.moved_rate("ack"), o.moved_rate("redeliver")
 
     mem_alarms = [node for node, mem, _disk, _used, _limit in seen if mem]
-    disk_alarms = [node for node, _mem, disk, _used, _limit in seen if disk]
+    disk_alarms = [node for node, _mem, disk_alarm, _used, _limit in seen if disk_alarm]
     at_edge = [(node, used / cap) for node, _m, _d, used, cap in seen if cap > 0 and used >= MEMORY_EDGE * cap]
     if mem_alarms or disk_alarms:
         which = "memory" if mem_alarms else "disk"
