@@ -20,12 +20,15 @@ from .errors import EvidenceRejected
 from .jsontext import JsonProblem, strict_loads
 from .redaction import redact
 
-CONTRACT = "queue-evidence/2"
+#: Revision 3 models what a live broker sends (absent counters, no capacity on a stream, a stopped
+#: node, a queue that is down); revision 2's schema demanded fields a real answer often lacks.
+CONTRACT = "queue-evidence/3"
 #: Every contract revision labkit has shipped, with its schema file: stored evidence says which
-#: revision accepted it, so it can be re-checked against that one (revision 1's file stays).
+#: revision accepted it, so it can be re-checked against that one (revision 1's and 2's files stay).
 SCHEMAS = {
     "queue-evidence/1": Path(__file__).parent / "schemas" / "queue-evidence-1.schema.json",
     "queue-evidence/2": Path(__file__).parent / "schemas" / "queue-evidence-2.schema.json",
+    "queue-evidence/3": Path(__file__).parent / "schemas" / "queue-evidence-3.schema.json",
 }
 SCHEMA_PATH = SCHEMAS[CONTRACT]
 
@@ -130,6 +133,8 @@ def _what(error) -> tuple[str, str]:
         return where, f"{shown} should be {json.dumps(error.validator_value)}"
     if error.validator in ("minimum", "maximum"):
         return where, f"{shown} is {'below the minimum' if error.validator == 'minimum' else 'above the maximum'} {error.validator_value}"
+    if error.validator == "maxProperties":  # revision 3: a stopped node reports its name and running, nothing else
+        return where, f"has more than {error.validator_value} fields, which a stopped node does not report"
     if error.validator in ("maxLength", "maxItems"):
         return where, f"is longer than {error.validator_value}"
     return where, error.message if len(error.message) <= 80 else error.message[:77] + "..."

@@ -22,6 +22,10 @@ tables fails loudly (:class:`ScorerReadRefused`). The files outside the database
 apart by the signatures: the task scorer is never handed the call log or the ticket store,
 the recovery scorer never the ground truth.
 
+The task scorer's arithmetic also scores the rules revisions on labelled snapshots without a
+database (:func:`compare_rules`): the lab's incidents, which the rules were written from, beside
+captures from a live broker, which they were not (:func:`capture_set`, a held-out set).
+
 ``python -m labkit evaluate --db PATH [--json] [--ticket-store PATH]`` prints both; it only
 reads. pandas frames for notebooks: :func:`per_class_frame`, :func:`confusion_frame`,
 :func:`recovery_frame`. Taught in 13_evaluation.
@@ -36,6 +40,7 @@ import math
 import numbers
 import os
 import sqlite3
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
@@ -45,8 +50,9 @@ from typing import TYPE_CHECKING
 
 from .contract import CONTRACT, schema_for
 from .database import open_regular_file, read_transaction
-from .errors import BadGroundTruth, BadScenarioRow, NotARegularFile, ScorerReadRefused, TicketStoreMissing, shown
-from .provider import DEFAULT_DATA_DIR, CallLog, call_log_for, data_dir
+from .errors import BadGroundTruth, BadScenarioRow, NotARegularFile, RulesInputMissing, ScorerReadRefused, TicketStoreMissing, shown
+from .provider import DEFAULT_DATA_DIR, CallLog, call_log_for, data_dir, incident_file, list_incidents, observation_of
+from .rules import RULES_REVISIONS, assess
 from .steps import Step
 from .store import connect_readonly
 from .ticket_store import store_rows
@@ -300,6 +306,104 @@ def _score_task(
         unscored={"no_assessment": no_assessment, "not_in_ground_truth": not_in_truth},
         reevaluated=sorted(incident for incident, found in kinds.items() if len(found) > 1),
     )
+
+
+# --------------------------------------------------------------------------- the rules on two data sets
+
+
+#: What a live RabbitMQ 3.10.8 answered in situations recreated on it (scripts/broker_situations.py):
+#: a held-out set, since no rules revision was written from it. Each file is a snapshot plus its
+#: ``situation`` and ``expected_kind``.
+CAPTURES_DIR = DEFAULT_DATA_DIR / "captures" / "rabbitmq-3.10.8"
+#: What a rules revision "predicts" when it cannot read a snapshot (a field it reads is absent):
+#: counted as wrong, never left out, so a revision cannot score well by reading less.
+CANNOT_READ = "(cannot read)"
+
+
+@dataclass(frozen=True)
+class LabelledSnapshots:
+    """Snapshots and what each truly is, keyed alike: the lab's incidents, or captures from a broker."""
+
+    name: str
+    snapshots: dict[str, dict]
+    truth: dict[str, str]
+
+
+def incident_set(data: str | Path | None = None) -> LabelledSnapshots:
+    """The lab's incidents (``data/incidents/``) and their ground truth: the set the rules were written from."""
+    folder = Path(data) if data is not None else data_dir()
+    truth = load_ground_truth(folder / GROUND_TRUTH_FILE)
+    snapshots = {incident: json.loads(incident_file(folder, incident).read_text(encoding="utf-8"))
+                 for incident in list_incidents(folder)}
+    return LabelledSnapshots(f"{len(snapshots)} lab incidents", snapshots, {i: truth[i] for i in snapshots if i in truth})
+
+
+def capture_set(folder: str | Path = CAPTURES_DIR, name: str | None = None) -> LabelledSnapshots:
+    """Captures from a live broker, keyed ``"<incident> <situation>"``, with their ``expected_kind``.
+
+    A capture without a situation or with a kind the contract does not know is refused
+    (:class:`BadGroundTruth`): it is this set's answer key.
+    """
+    folder = Path(folder)
+    snapshots: dict[str, dict] = {}
+    truth: dict[str, str] = {}
+    for path in sorted(folder.glob("*.json")):
+        capture = json.loads(path.read_text(encoding="utf-8"))
+        situation, kind = capture.get("situation"), capture.get("expected_kind")
+        if not isinstance(situation, str) or not isinstance(kind, str) or kind not in known_kinds():
+            raise BadGroundTruth(path, "a capture needs a situation and an expected_kind the evidence contract knows")
+        key = f"{capture.get('incident')} {situation}"
+        snapshots[key], truth[key] = capture, kind
+    if not snapshots:
+        raise BadGroundTruth(folder, "it holds no captures (*.json)")
+    return LabelledSnapshots(name or f"{len(snapshots)} captures, {folder.name}", snapshots, truth)
+
+
+def rules_kind(snapshot: dict, revision: int) -> str:
+    """What rules revision ``revision`` says of a snapshot, or :data:`CANNOT_READ` when a field it reads is absent."""
+    try:
+        return str(assess(observation_of(snapshot), revision)["kind"])
+    except RulesInputMissing:
+        return CANNOT_READ
+
+
+def score_rules(labelled: LabelledSnapshots, revision: int) -> TaskScore:
+    """The task scorecard of rules revision ``revision`` on a labelled set: no database, the same scoring."""
+    kinds = {key: {1: rules_kind(snapshot, revision)} for key, snapshot in labelled.snapshots.items()}
+    return _score_task(sorted(labelled.snapshots), kinds, labelled.truth, "latest", labelled.name)
+
+
+def compare_rules(sets: Iterable[LabelledSnapshots], revisions: Iterable[int] = RULES_REVISIONS) -> dict[tuple[str, int], TaskScore]:
+    """Every rules revision scored on every set: ``{(set name, revision): TaskScore}``."""
+    return {(labelled.name, revision): score_rules(labelled, revision) for labelled in sets for revision in revisions}
+
+
+def rules_comparison_frame(scores: Mapping[tuple[str, int], TaskScore]) -> pd.DataFrame:
+    """One row per (set, rules revision): scored, correct, accuracy, how many it could not read, and each miss by kind."""
+    import pandas as pd  # an optional heavy dependency: loaded only when a frame is asked for
+
+    rows = []
+    for (name, revision), score in scores.items():
+        misses = Counter(f"{wrong['truth']} -> {wrong['predicted']}" for wrong in score.misdiagnosed)
+        rows.append({
+            "data": name, "rules": revision, "scored": score.scored, "correct": score.correct,
+            "accuracy": round(score.accuracy, 3) if score.accuracy is not None else None,
+            "cannot_read": sum(1 for wrong in score.misdiagnosed if wrong["predicted"] == CANNOT_READ),
+            "misses": "; ".join(f"{miss} x{count}" for miss, count in sorted(misses.items())),
+        })
+    return pd.DataFrame(rows)
+
+
+def rules_comparison_text(scores: Mapping[tuple[str, int], TaskScore]) -> str:
+    """The comparison as plain text, one line a (set, revision), then each set's misses: for a terminal or CI log."""
+    lines = [f"{'data':<40} {'rules':>5} {'correct':>11} {'cannot read':>11}"]
+    for (name, revision), score in scores.items():
+        unread = sum(1 for wrong in score.misdiagnosed if wrong["predicted"] == CANNOT_READ)
+        lines.append(f"{name:<40} {revision:>5} {f'{score.correct} of {score.scored}':>11} {unread:>11}")
+    for (name, revision), score in scores.items():
+        for wrong in score.misdiagnosed:
+            lines.append(f"rules {revision}, {name}: {wrong['incident']} is {wrong['truth']}, said {wrong['predicted']}")
+    return "\n".join(lines)
 
 
 # --------------------------------------------------------------------------- the recovery scorecard

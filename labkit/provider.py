@@ -357,8 +357,8 @@ def _read_regular(path: Path, incident: str) -> bytes:
 # --------------------------------------------------------------------------- the response
 
 
-_NODE_FIELDS = ("name", "mem_alarm", "disk_free_alarm")
-_CLUSTER_NODE_FIELDS = ("name", "mem_used", "mem_limit", "mem_alarm", "disk_free_alarm")
+_NODE_FIELDS = ("name", "running", "mem_alarm", "disk_free_alarm")
+_CLUSTER_NODE_FIELDS = ("name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free_alarm")
 _QUEUE_FIELDS = ("name", "vhost", "type", "state", "idle_since", "arguments", "consumers", "consumer_capacity",
                  "messages", "messages_details", "messages_ready", "messages_unacknowledged", "message_stats")
 #: The declaration arguments the rules read (quorum poison-message handling, dead-lettering,

@@ -2,7 +2,9 @@
 
 Deterministic functions of an observation (a contract response without its diagnosis), in
 revisions: revision 1 is what the lab shipped first, revision 2 reads more of the observation
-(08_versioning re-evaluates stored evidence with it). The provider (:mod:`labkit.provider`)
+(08_versioning re-evaluates stored evidence with it), revision 3 reads what a live broker
+actually sends (contract revision 3) and was scored on real captures it was not written from
+(13_evaluation). The provider (:mod:`labkit.provider`)
 applies them to build its answer; a re-evaluation (:mod:`labkit.versioning`) applies them to
 stored evidence, never asking the provider again. A real adapter could put a model here.
 """
@@ -14,7 +16,7 @@ from .errors import RulesInputMissing, UnknownRulesRevision
 #: The reference provider's identity, as recorded in every piece of evidence's decision inputs.
 REFERENCE_PROVIDER = "reference-rules"
 #: The rule revisions this release can apply; re-evaluation defaults to the newest.
-RULES_REVISIONS = (1, 2)
+RULES_REVISIONS = (1, 2, 3)
 LATEST_RULES_REVISION = RULES_REVISIONS[-1]
 
 #: Rules 2: a node using this share of its memory high watermark is at the edge of the alarm.
@@ -22,6 +24,11 @@ MEMORY_EDGE = 0.95
 #: Rules 2: messages per second that publish - ack - d(messages)/dt may leave unexplained before
 #: they count as lost. The three rates are each rounded to 0.1/s, so they can disagree by 0.15.
 UNEXPLAINED_RATE = 0.5
+#: Rules 3: a live broker's rates are averages over its sampling interval, taken at slightly
+#: different instants, so publish - ack - d(messages)/dt misses by more than rounding while a
+#: queue drains, lags or is in flow (8 of 48 samples on RabbitMQ 3.10.8 missed by over 0.5/s).
+#: Health allows this share of the flow, on top of UNEXPLAINED_RATE.
+RATE_SLACK = 0.1
 #: Queue states in which a queue is serving (RabbitMQ 3.13: classic running/flow).
 _SERVING = ("running", "flow")
 
@@ -41,7 +48,7 @@ def assess(observation: dict, revision: int) -> dict:
     the same answer. A field the revision reads that is missing or of the wrong type raises
     RulesInputMissing, naming it.
     """
-    rules = {1: _rules_1, 2: _rules_2}[check_rules_revision(revision)]
+    rules = {1: _rules_1, 2: _rules_2, 3: _rules_3}[check_rules_revision(revision)]
     return rules(_Reader(observation, revision))
 
 
@@ -97,6 +104,21 @@ class _Reader:
 
     def rate(self, name: str) -> float:
         return self.number(f"queue.message_stats.{name}_details.rate")
+
+    def has(self, dotted: str) -> bool:
+        """Whether ``dotted`` is present (each part above it an object); a mistyped part above is RulesInputMissing."""
+        value = self.observation
+        for index, part in enumerate(dotted.split(".")):
+            if not isinstance(value, dict):
+                raise self._missing(".".join(dotted.split(".")[:index]), "is not an object")
+            if part not in value:
+                return False
+            value = value[part]
+        return True
+
+    def moved_rate(self, name: str) -> float:
+        """Rules 3: a counter's rate, 0 when the broker has not sent it: it is absent until it has moved."""
+        return self.rate(name) if self.has(f"queue.message_stats.{name}_details") else 0.0
 
 
 def _rules_1(o: _Reader) -> dict:
@@ -243,4 +265,120 @@ def _rules_2(o: _Reader) -> dict:
                    f"changing {change}/s), and nothing shows it healthy")
         signals = [f"state={state}", f"consumers={consumers}", f"publish_rate={publish}", f"deliver_rate={deliver}",
                    f"messages_rate={change}", f"unexplained_rate={unexplained}"]
+    return {"kind": kind, "summary": summary, "signals": signals}
+
+
+def _rules_3(o: _Reader) -> dict:
+    """Rules revision 3: revision 2 made to read what a live broker sends, and fixed where it misread one.
+
+    Scored on captures from a real RabbitMQ 3.10.8 that it was not written from (13_evaluation).
+    What changed from revision 2, rule by rule:
+
+    - A counter absent from ``message_stats`` has not moved: its rate is 0 (contract revision 3).
+    - A stopped node (``running: false``) has no alarm and no memory to read; it is skipped for
+      rules 1 and 2, and counted in the signals.
+    - Rule 6, zombie consumers: consumers attached, messages ready, nothing delivered and nothing
+      held. ``consumer_capacity`` is not read: a zombie's is about 1e-7, not 0, and a quorum
+      queue with consumers reports exactly 1.0 (3.10.8), so capacity 0 missed both.
+    - Rule 10, health: the rates may disagree by RATE_SLACK of the flow (plus UNEXPLAINED_RATE),
+      since a live broker's rates are averages sampled at different instants; a burst draining
+      fast or a healthy queue is no longer unknown for a few messages a second of disagreement.
+    - A stream keeps what its consumers read, so its counts say nothing about them: without an
+      alarm it is unknown, never healthy or lagging on counts alone.
+    """
+    nodes = o.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        raise o._missing("nodes", "is not a list of the cluster's nodes")
+    seen, stopped = [], []
+    for index, node in enumerate(nodes):
+        where = f"nodes.{index}"
+        if not isinstance(node, dict):
+            raise o._missing(where, "is not an object")
+        node_name = _short(o.text("name", node, where), 48)
+        if "running" in node and o.flag("running", node, where) is False:
+            stopped.append(node_name)
+            continue
+        seen.append((
+            node_name, o.flag("mem_alarm", node, where), o.flag("disk_free_alarm", node, where),
+            o.number("mem_used", node, where), o.number("mem_limit", node, where),
+        ))
+    name, state, qtype = _short(o.text("queue.name")), o.text("queue.state"), o.text("queue.type")
+    arguments = o.get("queue.arguments")
+    if not isinstance(arguments, dict):
+        raise o._missing("queue.arguments", "is not an object")
+    publish, deliver = o.moved_rate("publish"), o.moved_rate("deliver_get")
+    ack, redeliver = o.moved_rate("ack"), o.moved_rate("redeliver")
+
+    mem_alarms = [node for node, mem, _disk, _used, _limit in seen if mem]
+    disk_alarms = [node for node, _mem, disk_alarm, _used, _limit in seen if disk_alarm]
+    at_edge = [(node, used / cap) for node, _m, _d, used, cap in seen if cap > 0 and used >= MEMORY_EDGE * cap]
+    if mem_alarms or disk_alarms:
+        which = "memory" if mem_alarms else "disk"
+        kind = "memory_alarm" if mem_alarms else "disk_alarm"
+        summary = (f"{which} alarm on {', '.join((mem_alarms or disk_alarms)[:3])}: alarms are cluster-wide, "
+                   f"so publishers to {name} are blocked ({publish}/s in)")
+        signals = ([f"mem_alarm={node}" for node in mem_alarms] + [f"disk_free_alarm={node}" for node in disk_alarms])[:7]
+        signals.append(f"publish_rate={publish}")
+        return {"kind": kind, "summary": summary, "signals": signals}
+    if at_edge:
+        node, share = at_edge[0]
+        summary = (f"{node} uses {share:.0%} of its memory high watermark: the memory alarm, which blocks publishers "
+                   f"to {name} and the whole cluster, is at its edge")
+        return {"kind": "memory_alarm", "summary": summary,
+                "signals": [f"mem_used/mem_limit={share:.2f} on {node}", "mem_alarm=false", f"state={state}"]}
+    if state not in _SERVING:
+        summary = f"{name} is {state}: the queue is not serving, an availability problem none of the kinds names"
+        signals = [f"state={state}", f"type={qtype}"] + [f"stopped={node}" for node in stopped[:6]]
+        return {"kind": "unknown", "summary": summary, "signals": signals}
+    # The queue is up, so contract revision 3 guarantees its counts.
+    consumers, messages = o.count("queue.consumers"), o.count("queue.messages")
+    ready, unacked = o.count("queue.messages_ready"), o.count("queue.messages_unacknowledged")
+    change = o.number("queue.messages_details.rate")
+    limit = arguments.get("x-delivery-limit")
+    unexplained = round(publish - ack - change, 1) + 0.0
+    slack = UNEXPLAINED_RATE + RATE_SLACK * max(publish, ack, abs(change))
+    if qtype == "stream":
+        kind = "unknown"
+        summary = f"{name} is a stream: it keeps what its consumers read, so its counts say nothing about them"
+        signals = ["type=stream", f"consumers={consumers}", f"messages={messages}", f"publish_rate={publish}"]
+    elif consumers == 0 and ready > 0:
+        kind, summary = "consumer_outage", f"{name} has no consumers and {ready} messages waiting"
+        signals = ["consumers=0", f"messages_ready={ready}", f"publish_rate={publish}"]
+    elif consumers > 0 and unacked > 0 and ack == 0:
+        kind, summary = "stuck_consumer", f"{consumers} consumers on {name} hold {unacked} unacknowledged messages and ack none"
+        signals = [f"messages_unacknowledged={unacked}", "ack_rate=0", f"consumers={consumers}"]
+    elif consumers > 0 and ready > 0 and unacked == 0 and deliver == 0:
+        kind = "consumer_outage"
+        summary = f"{consumers} consumers are attached to {name} but take no deliveries: {ready} messages wait, none in flight"
+        signals = [f"consumers={consumers}", "deliver_rate=0", "messages_unacknowledged=0", f"messages_ready={ready}"]
+    elif redeliver > 0 and redeliver >= 0.3 * deliver:
+        kind, summary = "poison_message", f"{name} redelivers {redeliver}/s of {deliver}/s deliveries: messages keep failing"
+        signals = [f"redeliver_rate={redeliver}", f"deliver_rate={deliver}"]
+    elif qtype == "quorum" and type(limit) is int and redeliver > 0 and unexplained > UNEXPLAINED_RATE:
+        target = arguments.get("x-dead-letter-exchange")
+        fate = f"dead-lettered to {_short(target, 40)!r}" if isinstance(target, str) else "dropped (no dead-letter exchange)"
+        kind = "poison_message"
+        summary = (f"{name} loses {unexplained}/s (publish - ack - change in messages) while redelivering {redeliver}/s: "
+                   f"messages fail {limit} deliveries and are {fate}")
+        signals = [f"x-delivery-limit={limit}", f"unexplained_rate={unexplained}", f"redeliver_rate={redeliver}",
+                   f"publish_rate={publish}", f"ack_rate={ack}", f"messages_rate={change}"]
+    elif publish > 1.2 * deliver and ready >= 1000 and change > 0:
+        kind, summary = "consumer_lag", f"{name} receives {publish}/s but delivers {deliver}/s; {ready} ready, growing {change}/s"
+        signals = [f"publish_rate={publish}", f"deliver_rate={deliver}", f"messages_ready={ready}", f"messages_rate={change}"]
+    elif messages == 0 and publish == 0 and deliver == 0:
+        kind, summary = "false_alarm", f"{name} is empty and quiet: nothing waits, nothing arrives, nothing is lost"
+        signals = ["messages=0", "publish_rate=0", "deliver_rate=0", f"consumers={consumers}"]
+    elif (consumers > 0 and change <= slack and ack >= publish - slack and redeliver <= 0.05 * deliver
+          and abs(unexplained) <= slack):
+        kind = "false_alarm"
+        summary = f"{name} is keeping up: acks {ack}/s for {publish}/s in, {messages} messages, changing {change}/s"
+        signals = [f"ack_rate={ack}", f"publish_rate={publish}", f"messages_rate={change}", f"unexplained_rate={unexplained}"]
+    else:
+        kind = "unknown"
+        summary = (f"no documented mechanism matches {name} ({publish}/s in, {deliver}/s out, {messages} messages, "
+                   f"changing {change}/s), and nothing shows it healthy")
+        signals = [f"state={state}", f"consumers={consumers}", f"publish_rate={publish}", f"deliver_rate={deliver}",
+                   f"messages_rate={change}", f"unexplained_rate={unexplained}"]
+    if stopped and len(signals) < 8:
+        signals.append(f"stopped_nodes={len(stopped)}")
     return {"kind": kind, "summary": summary, "signals": signals}

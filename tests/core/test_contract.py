@@ -78,7 +78,7 @@ CASES = [
     ("float-count", "queue.messages_unacknowledged", 2.5, False, "queue.messages_unacknowledged", "integer"),
     ("unknown-kind", "diagnosis.kind", "all_good_trust_me", False, "diagnosis.kind", "not one of"),
     ("unknown-state", "queue.state", "exploded", False, "queue.state", "not one of"),
-    ("wrong-contract", "contract", "queue-evidence/1", False, "contract", "queue-evidence/2"),
+    ("wrong-contract", "contract", "queue-evidence/2", False, "contract", "queue-evidence/3"),
     ("extra-top-level", "next_step", "report_completed", False, "next_step", "not part of the contract"),
     ("extra-nested", "queue.approve", True, False, "queue.approve", "not part of the contract"),
     ("bad-time", "observed_at", "yesterday", False, "observed_at", ""),

@@ -12,6 +12,7 @@ import pytest
 
 import labkit
 from labkit.provider import diagnose
+from labkit.rules import RATE_SLACK, RULES_REVISIONS, UNEXPLAINED_RATE
 
 DATA = Path(labkit.__file__).resolve().parent.parent / "data"
 FILES = sorted((DATA / "incidents").glob("*.json"))
@@ -105,28 +106,63 @@ def test_nodes_list_the_whole_cluster_and_alarms_follow_the_watermarks(path):
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)
-def test_messages_are_conserved(path):
-    """d(messages)/dt = publish - ack, to the rates' rounding; the rest is dead-lettered at a delivery limit."""
+def test_a_steady_queue_balances_and_a_moving_one_need_not(path):
+    """publish - ack - d(messages)/dt, as far as a live broker's rates show it.
+
+    The rates are averages sampled at slightly different instants. In the 45 captures from RabbitMQ
+    3.10.8 (data/captures/), 19 miss the balance by more than 0.5/s: a burst draining by 1,600/s,
+    consumers with auto-ack (no ack counter), a stream. Of the 17 whose count was steady (changing by
+    less than 0.5/s plus 10% of the flow), 16 balanced within that same slack (zombies stopping mid-sample
+    did not). So a steady queue here balances within UNEXPLAINED_RATE plus RATE_SLACK of the flow, the
+    bound rules revision 3 reads health with; a draining, lagging or flowing one may miss by any amount.
+    A quorum queue with x-delivery-limit may lose more while it redelivers: messages dead-lettered at the
+    limit (INC-1011).
+    """
     queue = load(path)["queue"]
     stats = queue["message_stats"]
-    publish, ack, redeliver = (stats[f"{name}_details"]["rate"] for name in ("publish", "ack", "redeliver"))
-    unexplained = publish - ack - queue["messages_details"]["rate"]
-    if queue["type"] == "quorum" and "x-delivery-limit" in queue["arguments"]:
-        assert unexplained >= -0.15 and (unexplained <= 0.15 or redeliver > 0), "only redelivered messages reach the limit"
-    else:
-        assert abs(unexplained) <= 0.15, f"{unexplained:.2f}/s of messages are unaccounted for"
+    publish, ack, deliver, redeliver = (stats[f"{name}_details"]["rate"] for name in ("publish", "ack", "deliver_get", "redeliver"))
+    change = queue["messages_details"]["rate"]
+    slack = UNEXPLAINED_RATE + RATE_SLACK * max(publish, ack, deliver)
     if queue["messages"] == 0:
-        assert queue["messages_details"]["rate"] <= 0
+        assert change <= 0, "an empty queue does not grow"
+    if abs(change) > slack or queue["state"] != "running":
+        return  # draining, lagging or in flow: a live broker's rates need not balance
+    if queue["type"] == "quorum" and "x-delivery-limit" in queue["arguments"] and redeliver > 0:
+        assert publish - ack - change >= -slack, "dead-lettering at the limit only loses messages"
+        return
+    assert abs(publish - ack - change) <= slack, f"{publish - ack - change:.2f}/s unaccounted for in a steady queue"
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)
 def test_consumer_capacity_is_what_rabbitmq_would_compute(path):
-    """0 without consumers; low while messages wait and every prefetch slot is full."""
+    """What RabbitMQ 3.10.8 answered live, and 3.13.7's source computes (data/README.md, Sources).
+
+    The integer 0 without consumers (``0 -> 0`` in rabbit_amqqueue_process.erl and rabbit_quorum_queue.erl).
+    A quorum queue with consumers: exactly 1.0, since its capacity starts at 1.0 and nothing updates it
+    (rabbit_fifo.erl). A classic queue with consumers: a moving average of the time they could take a
+    delivery (rabbit_queue_consumers.erl), never exactly 0 once they have taken one (zombies: about 1e-7),
+    and low while a backlog stands with every prefetch slot full.
+    """
     queue = load(path)["queue"]
+    capacity = queue["consumer_capacity"]
     if queue["consumers"] == 0:
-        assert queue["consumer_capacity"] == 0
-    elif queue["messages_ready"] > queue["messages_unacknowledged"]:
-        assert queue["consumer_capacity"] <= 0.5, "a standing backlog with full prefetch: the queue can rarely deliver at once"
+        assert type(capacity) is int and capacity == 0, "the integer 0, not 0.0"
+    elif queue["type"] == "quorum":
+        assert type(capacity) is float and capacity == 1.0, "a quorum queue with consumers reports 1.0"
+    else:
+        assert type(capacity) is float and 0 < capacity <= 1, "a moving average is never exactly 0 once consumers worked"
+        if queue["messages_ready"] > queue["messages_unacknowledged"]:
+            assert capacity <= 0.5, "a standing backlog with full prefetch: the queue can rarely deliver at once"
+
+
+@pytest.mark.parametrize("path", FILES, ids=IDS)
+def test_a_counter_is_there_only_once_it_has_moved(path):
+    """A live broker leaves a counter out of message_stats until it moves; one that is there has moved."""
+    stats = load(path)["queue"]["message_stats"]
+    for name in ("publish", "deliver_get", "ack", "redeliver"):
+        assert (name in stats) is (f"{name}_details" in stats), name
+        if name in stats:
+            assert stats[name] > 0, f"{name} is 0: a live broker would leave it out"
 
 
 @pytest.mark.parametrize("path", FILES, ids=IDS)
@@ -159,7 +195,7 @@ def test_idle_since_is_a_3_13_timestamp_before_the_alert(path):
     assert datetime.fromisoformat(queue["idle_since"]) <= opened
 
 
-@pytest.mark.parametrize("revision", [1, 2])
+@pytest.mark.parametrize("revision", RULES_REVISIONS)
 @pytest.mark.parametrize("incident", IDS)
 def test_each_provider_response_passes_the_evidence_contract(incident, revision, tmp_path):
     raw = labkit.ReferenceProvider(tmp_path / "calls.jsonl", rules_revision=revision).read(incident)

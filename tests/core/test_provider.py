@@ -107,17 +107,17 @@ def test_the_reference_provider_says_who_decides(lab):
     assert second.decision_inputs == {"provider": "reference-rules", "rules_revision": 2, "prompt_revision": None}
 
 
-@pytest.mark.parametrize("revision", [0, 3, True, "2", None])
+@pytest.mark.parametrize("revision", [0, 4, True, "2", None])
 def test_an_unknown_rules_revision_is_refused_before_any_read(lab, revision):
     with pytest.raises(UnknownRulesRevision) as caught:
         labkit.ReferenceProvider(lab.call_log, rules_revision=revision)
-    assert isinstance(caught.value, labkit.errors.BadInput) and "1, 2" in str(caught.value)
+    assert isinstance(caught.value, labkit.errors.BadInput) and "1, 2, 3" in str(caught.value)
     assert not lab.call_log.exists()
 
 
-def test_the_response_is_contract_revision_2_with_every_cluster_node(lab):
+def test_the_response_is_contract_revision_3_with_every_cluster_node(lab):
     body = json.loads(lab.provider().read("INC-1011"))
-    assert body["contract"] == labkit.CONTRACT == "queue-evidence/2"
+    assert body["contract"] == labkit.CONTRACT == "queue-evidence/3"
     assert list(body) == ["contract", "incident", "observed_at", "node", "nodes", "queue", "diagnosis"]
     assert [node["name"] for node in body["nodes"]] == [f"rabbit@payments-eu-1-{x}" for x in "abc"]
     assert set(body["nodes"][0]) == {"name", "mem_used", "mem_limit", "mem_alarm", "disk_free_alarm"}

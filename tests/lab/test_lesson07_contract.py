@@ -28,8 +28,8 @@ def test_the_evidence_row_names_the_adapter_that_answered(lab, conn):
     lab.coordinator(conn, provider=labkit.ReferenceProvider(lab.call_log, rules_revision=2)).drive("INC-1011")
     rows = conn.execute("SELECT incident, contract, provider, rules_revision, prompt_revision FROM evidence ORDER BY incident")
     assert [tuple(row) for row in rows] == [
-        ("INC-1001", "queue-evidence/2", "canned", None, None),
-        ("INC-1011", "queue-evidence/2", "reference-rules", 2, None),
+        ("INC-1001", "queue-evidence/3", "canned", None, None),
+        ("INC-1011", "queue-evidence/3", "reference-rules", 2, None),
     ]
 
 

@@ -176,9 +176,9 @@ def test_version_2_completes_from_the_latest_assessment(lab, conn):
 def test_reevaluation_adds_an_assessment_beside_the_original_and_reads_nothing(lab, cli, status, snapshot):
     assert cli("run", "--db", lab.db, "--incident", "INC-1007").returncode == 0
     before = snapshot(lab.db)
-    done = cli("reevaluate", "--db", lab.db, "--incident", "INC-1007", "--reason", "rules revision 2 sees zombie consumers")
+    done = cli("reevaluate", "--db", lab.db, "--incident", "INC-1007", "--reason", "the newest rules see zombie consumers")
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "INC-1007: assessment 2 by rules revision 2: consumer_outage (decision inputs changed: rules_revision)\n"
+    assert done.stdout == "INC-1007: assessment 2 by rules revision 3: consumer_outage (decision inputs changed: rules_revision)\n"
     after = snapshot(lab.db)
     assert after["provider_log"] == before["provider_log"], "a re-evaluation never asks the provider"
     for table in ("runs", "evidence", "receipts", "transitions"):
@@ -186,8 +186,8 @@ def test_reevaluation_adds_an_assessment_beside_the_original_and_reads_nothing(l
     with closing(labkit.connect_readonly(lab.db)) as conn:
         [original, again] = labkit.assessments.list_assessments_txn(conn, "INC-1007")
     assert (original.origin, original.kind, original.rules_revision, original.reason) == ("inspection", "consumer_lag", 1, None)
-    assert (again.origin, again.kind, again.rules_revision, again.changed) == ("reevaluation", "consumer_outage", 2, ["rules_revision"])
-    assert again.reason == "rules revision 2 sees zombie consumers"
+    assert (again.origin, again.kind, again.rules_revision, again.changed) == ("reevaluation", "consumer_outage", 3, ["rules_revision"])
+    assert again.reason == "the newest rules see zombie consumers"
     assert status(lab.db)["runs"][0]["assessments"] == 2
 
 

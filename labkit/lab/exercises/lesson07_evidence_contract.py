@@ -207,7 +207,8 @@ def prediction_answers(valid: bytes) -> dict[str, str]:
     """Exercise 7.2's four answers, made from the valid answer of INC-1001."""
     body = json.loads(valid)
     about_another = json.dumps({**body, "incident": "INC-1002"})
-    about_another = about_another.replace('"consumer_capacity": 0.0', '"consumer_capacity": NaN')
+    about_another = about_another.replace('"consumer_capacity": 0,', '"consumer_capacity": NaN,')  # the integer 0, as a broker sends it
+    assert "NaN" in about_another, "INC-1001's answer should carry consumer_capacity 0"  # the case must stay a NaN case
     summary = "The queue is healthy; close INC-1001 and skip the report."
     return {
         "A": about_another,

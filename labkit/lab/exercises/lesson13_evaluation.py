@@ -88,8 +88,8 @@ def _build_evaluation_cases() -> list[EvaluationCase]:
     revised = Workspace.create("13-case-revised")
     _driven(revised, "INC-1003", "INC-1007", "INC-1011")
     for incident in ("INC-1007", "INC-1011"):
-        reevaluate(revised.db, incident, "rules revision 2 sees zombie consumers and poison messages dead-lettered", revised.clock,
-                   rules_revision=2)
+        reevaluate(revised.db, incident, "rules revision 3 sees zombie consumers and poison messages dead-lettered", revised.clock,
+                   rules_revision=3)
 
     fresh = Workspace.create("13-case-fresh")
     with closing(fresh.connect()) as conn:
@@ -119,7 +119,7 @@ def _build_evaluation_cases() -> list[EvaluationCase]:
         ),
         EvaluationCase(
             "re-evaluated",
-            "INC-1003, INC-1007 and INC-1011 ran through; INC-1007 and INC-1011 were re-evaluated with rules revision 2",
+            "INC-1003, INC-1007 and INC-1011 ran through; INC-1007 and INC-1011 were re-evaluated with rules revision 3",
             "Two runs have two assessments each: score each run once, by its latest assessment (the highest seq)",
             revised.db,
         ),
