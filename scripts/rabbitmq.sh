@@ -149,11 +149,24 @@ stop() {
         local pid
         pid=$(cat "$NODE_DIR/rabbit.pid")
         timeout 60 "$RABBIT_BIN/rabbitmqctl" -n "$NODE_NAME" stop >/dev/null 2>&1 || true
-        # Still there after a minute (or the CLI could not reach it): that one process, by its id.
+        # rabbitmqctl returns while the node is still going down: wait for the process itself (30 s), then
+        # end that one process, by its id.
+        local waited=0
+        while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt 60 ]; do sleep 0.5; waited=$((waited + 1)); done
         if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
     fi
-    # Our epmd, on its own port: only it, never another on the machine's default port.
-    epmd -port "$EPMD_PORT" -kill >/dev/null 2>&1 || true
+    # Our epmd, on its own port: only it, never another on the machine's default port. It refuses to die while a
+    # node is still registered (one that just went down may be for a moment), so ask again, then end the process
+    # that listens on our port, by its id.
+    local tries=0
+    while epmd -port "$EPMD_PORT" -names >/dev/null 2>&1 && [ "$tries" -lt 20 ]; do
+        epmd -port "$EPMD_PORT" -kill >/dev/null 2>&1 || true
+        sleep 0.25; tries=$((tries + 1))
+    done
+    local epmd_pid
+    for epmd_pid in $(ss -ltnpH "sport = :$EPMD_PORT" 2>/dev/null | grep -o 'epmd",pid=[0-9]*' | cut -d= -f2 | sort -u); do
+        kill -KILL "$epmd_pid" 2>/dev/null || true
+    done
     case "$NODE_DIR" in
         */labkit-rabbitmq.*) rm -rf "$NODE_DIR" ;;   # only a folder this script made
     esac
