@@ -171,8 +171,15 @@ class RabbitMQProvider:
     def snapshot(self, vhost: str, name: str) -> dict:
         """``broker``, ``node``, ``nodes`` and ``queue`` of one queue, as the broker sends them now.
 
-        Not logged: :meth:`read_with_diagnostic` is the read the call log counts.
+        Not logged: :meth:`read_with_diagnostic` is the read the call log counts. A failure names the
+        queue (and its vhost) where a read names its incident.
         """
+        try:
+            return self._snapshot(vhost, name)
+        except ProviderUnavailable as problem:
+            raise ProviderUnavailable(f"{name} (vhost {vhost})", problem.reason) from None
+
+    def _snapshot(self, vhost: str, name: str) -> dict:
         where = f"queue {name!r} in vhost {vhost!r}"
         overview = self._object("/api/overview")
         queue = self._object(f"/api/queues/{_segment(vhost)}/{_segment(name)}", missing=f"{where} does not exist")
@@ -241,7 +248,7 @@ class RabbitMQProvider:
 
 
 def _unavailable(reason: str) -> ProviderUnavailable:
-    # The incident is filled in by read_with_diagnostic, which knows it; snapshot() callers see the reason.
+    # Who could not be read is filled in by snapshot() (the queue) and read_with_diagnostic (the incident).
     return ProviderUnavailable("", reason)
 
 
