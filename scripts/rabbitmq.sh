@@ -40,6 +40,18 @@ install_server() {
     if [ -n "$made_policy" ]; then rm -f "$policy"; fi
 }
 
+answers() {
+    # Whether the management API answers 200 to user $2 with password $3 (Python's urllib: curl may be missing).
+    # The password goes through the environment, not the command line that `ps` shows.
+    ANSWERS_PASSWORD="$3" python3 - "$1" "$2" <<'PY' >/dev/null 2>&1
+import base64, os, sys, urllib.request
+url, user, password = sys.argv[1], sys.argv[2], os.environ["ANSWERS_PASSWORD"]
+request = urllib.request.Request(url, headers={"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()})
+with urllib.request.urlopen(request, timeout=2) as reply:
+    sys.exit(0 if reply.status == 200 else 1)
+PY
+}
+
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 free_port() {
@@ -121,7 +133,7 @@ EOF
     "$RABBIT_BIN/rabbitmq-server" -detached >/dev/null 2>&1 || true
     # Ready when the management API answers as our user (the node boots in 5-15 s on a busy machine).
     local waited=0
-    until curl -sf -m 2 -u "labkit:$password" "http://127.0.0.1:$MGMT_PORT/api/overview" >/dev/null 2>&1; do
+    until answers "http://127.0.0.1:$MGMT_PORT/api/overview" "labkit" "$password"; do
         sleep 0.5; waited=$((waited + 1))
         if [ "$waited" -ge 180 ]; then
             say "the node did not answer on its management port within 90 s; its log:"

@@ -17,6 +17,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import socket
 import subprocess
 import threading
@@ -194,6 +195,8 @@ def test_the_broker_listens_on_loopback_only(broker_url):
     state = REPO / "build" / "rabbitmq.state"
     if not state.exists():
         pytest.skip("this broker was not started by scripts/rabbitmq.sh (no build/rabbitmq.state): its sockets are its owner's")
+    if shutil.which("ss") is None:
+        pytest.fail("ss (Debian's iproute2) is needed to list the listening sockets", pytrace=False)
     values = dict(re.findall(r"^(\w+)=(.*)$", state.read_text(), re.M))
     pid = int((Path(values["NODE_DIR"]) / "rabbit.pid").read_text())
     listening = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True, timeout=30).stdout.splitlines()
