@@ -17,7 +17,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-STATE=build/rabbitmq.state   # the running node's folder, ports, name and URL, for `stop` and `ctl`
+# The running node's folder, ports, name and URL, for `stop` and `ctl`; LABKIT_RABBITMQ_STATE puts it elsewhere
+# (lesson 07's node keeps its own, so it never meets the one `make test-broker` starts).
+STATE=${LABKIT_RABBITMQ_STATE:-build/rabbitmq.state}
 RABBIT_BIN=/usr/lib/rabbitmq/bin   # the package's scripts as they are: /usr/sbin's wrappers switch to its user
 
 say() { echo "rabbitmq.sh: $*" >&2; }
@@ -109,7 +111,7 @@ start() {
     local password
     password=$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
     URL="http://labkit:$password@127.0.0.1:$MGMT_PORT"
-    mkdir -p build "$NODE_DIR/home" "$NODE_DIR/mnesia" "$NODE_DIR/log"
+    mkdir -p "$(dirname "$STATE")" "$NODE_DIR/home" "$NODE_DIR/mnesia" "$NODE_DIR/log"
     chmod 700 "$NODE_DIR"
     printf 'NODE_DIR=%q\nNODE_NAME=%q\nAMQP_PORT=%q\nMGMT_PORT=%q\nEPMD_PORT=%q\nDIST_PORT=%q\nURL=%q\n' \
         "$NODE_DIR" "$NODE_NAME" "$AMQP_PORT" "$MGMT_PORT" "$EPMD_PORT" "$DIST_PORT" "$URL" > "$STATE"

@@ -386,3 +386,31 @@ def test_the_captures_are_snapshots_with_a_situation_and_an_expected_kind():
         assert "default_pass" not in path.read_text() and "@127.0.0.1:" not in path.read_text()
         situations.add(capture["situation"])
     assert len(situations) >= 12
+
+
+# --------------------------------------------------------------------------- lesson 07's live section
+
+
+def test_lesson_07s_replayed_capture_gets_a_verdict_and_a_diagnosis_answer(monkeypatch, tmp_path):
+    """Without rabbitmq-server the lesson's cell replays the committed capture, and says so."""
+    from labkit.lab import live_broker
+
+    monkeypatch.setattr(live_broker, "SERVER", tmp_path / "no-rabbitmq-server")
+    replayed = live_broker.read_backlog(tmp_path)
+    assert replayed.source.startswith("replayed data/captures/rabbitmq-3.10.8/")
+    assert replayed.snapshot["situation"] == "no-consumers-backlog"
+    assert set(live_broker.verdict(replayed)) == {"contract", "diagnosis"}
+
+
+def test_lesson_07s_live_read_gets_the_verdict_its_replay_gets(monkeypatch, tmp_path, broker_url):
+    """The compared output of the lesson's cell is the same on a machine with rabbitmq-server and one without."""
+    from labkit.lab import live_broker
+
+    if not live_broker.broker_installed():
+        pytest.skip("rabbitmq-server is not installed here: the lesson replays its capture (the test above)")
+    live = live_broker.read_backlog(tmp_path / "live")
+    assert live.source.startswith("a live RabbitMQ 3.10.8 on 127.0.0.1")
+    assert live.snapshot["queue"]["messages"] == live_broker.BACKLOG
+    monkeypatch.setattr(live_broker, "SERVER", tmp_path / "no-rabbitmq-server")
+    assert live_broker.verdict(live) == live_broker.verdict(live_broker.read_backlog(tmp_path))
+    assert not (tmp_path / "live" / "rabbitmq.state").exists()  # its node was stopped, its state cleared
