@@ -22,6 +22,8 @@
 #   make html          the reading copy: build/html/index.html, one page per lesson, diagrams drawn offline
 #   make browser-test  every lesson run in JupyterLab in headless Chromium; screenshots in build/screenshots/
 #   make test-postgres DBOS on a PostgreSQL server: yours if LABKIT_DBOS_POSTGRES_URL is set, else a throwaway one
+#   make test-broker   the real read adapter on a RabbitMQ broker: yours if LABKIT_RABBITMQ_URL is set, else a
+#                      throwaway one on 127.0.0.1, where the broker situations are then recreated and captured
 #   make test-under-load  make test with CPU burners beside it (BURNERS=N; default three per core), as on a busy CI machine
 #   make test-other-pythons  the lessons under strict nbval on Python 3.12 and 3.13 (those found), each in .venv/other/3.X;
 #                   a lesson needing a SQLite feature that Python's SQLite lacks is reported SKIPPED with the reason
@@ -33,7 +35,7 @@ STAMP  := $(VENV)/.installed
 # JupyterLab refuses to run as root unless told; containers and CI machines often are root.
 LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: lab reset test test-under-load test-other-pythons unit nbval notebooks bench soak mutants wheelhouse offline-check test-other-env html browser-test test-postgres clean
+.PHONY: lab reset test test-under-load test-other-pythons unit nbval notebooks bench soak mutants wheelhouse offline-check test-other-env html browser-test test-postgres test-broker clean
 
 # The learner's set. scripts/ensure_venv.sh first checks PYTHON (older than 3.11, or missing: make stops
 # with its one line, before any venv is made) and replaces a .venv of another Python, so a failed attempt
@@ -155,6 +157,28 @@ test-postgres: $(DEV_STAMP)
 	  url=$$(bash scripts/postgres.sh start) || exit 1; \
 	  trap 'bash scripts/postgres.sh stop' EXIT; trap 'exit 130' INT TERM; \
 	  LABKIT_DBOS_POSTGRES_URL=$$url $(BIN)/python -m pytest tests/engines/test_postgres.py -n 2 --dist load -rs; \
+	fi
+
+# The real read adapter against a live RabbitMQ: yours if LABKIT_RABBITMQ_URL is set (the adapter's tests only),
+# else a throwaway node on 127.0.0.1 (scripts/rabbitmq.sh, Debian's rabbitmq-server, installed if missing) for the
+# tests and then scripts/broker_situations.py, whose captures go to $(BROKER_CAPTURES) (the committed ones are in
+# data/captures/: to renew them, run the script with its default --out against such a node). pika, which only that
+# script uses, goes into .venv from requirements-broker.txt.
+BROKER_STAMP := $(VENV)/.broker-installed
+BROKER_CAPTURES ?= build/captures/rabbitmq-3.10.8
+$(BROKER_STAMP): $(DEV_STAMP) requirements-broker.txt
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-broker.txt
+	@touch $@
+
+test-broker: $(BROKER_STAMP)
+	@if [ -n "$$LABKIT_RABBITMQ_URL" ]; then \
+	  $(BIN)/python -m pytest tests/broker/test_live_broker.py -n 2 --dist load -rs; \
+	else \
+	  url=$$(bash scripts/rabbitmq.sh start) || exit 1; \
+	  trap 'bash scripts/rabbitmq.sh stop' EXIT; trap 'exit 130' INT TERM; \
+	  export LABKIT_RABBITMQ_URL=$$url LABKIT_RABBITMQ_AMQP_PORT=$$(bash scripts/rabbitmq.sh amqp-port); \
+	  $(BIN)/python -m pytest tests/broker/test_live_broker.py -n 2 --dist load -rs && \
+	  $(BIN)/python scripts/broker_situations.py --out $(BROKER_CAPTURES); \
 	fi
 
 bench: $(BENCH_STAMP)

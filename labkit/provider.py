@@ -333,7 +333,7 @@ class ReferenceProvider:
         except OSError as error:
             self.log.append(incident, "unavailable", 0)
             raise ProviderUnavailable(incident, error.strerror or str(error)) from None
-        response = _answer(raw, self.rules_revision)
+        response = answer(raw, self.rules_revision)
         time.sleep(self.delay)  # a slow service: the answer is on its way, not yet returned
         self.log.append(incident, "ok", len(response))
         return Reading(response, raw)
@@ -367,7 +367,7 @@ _ARGUMENTS = ("x-queue-type", "x-delivery-limit", "x-dead-letter-exchange", "x-d
 _RATES = ("publish_details", "deliver_get_details", "ack_details", "redeliver_details")
 
 
-def _answer(raw: bytes, rules_revision: int = 1) -> bytes:
+def answer(raw: bytes, rules_revision: int = 1) -> bytes:
     """Shape a snapshot into a contract response, copying what is there and inventing nothing.
 
     A field missing from the snapshot is missing from the response, so the contract names it;

@@ -6,7 +6,7 @@ processes a lesson kills, pauses or races (``processes``); the deliberately brok
 (``exercises``); the incident catalogue (``catalogue``); the ticket service, "the outside
 world" (``ticket_service``); the capacity model, the benchmark and the lock measurements
 (``capacity``, ``bench``, ``locks``, ``races``); two DBOS workers on PostgreSQL
-(``postgres_workers``). The core and the mechanisms never import from here
+(``postgres_workers``); a live RabbitMQ for lesson 07 (``live_broker``). The core and the mechanisms never import from here
 (tests/docs/test_layout.py reads the imports to make sure); this package may import anything.
 
 The names a lesson uses most are here, as ``labkit.lab.NAME``; the rest through their module.

@@ -122,7 +122,7 @@ def shortest_cycle(graph: dict[str, set[str]], group: tuple[str, ...]) -> list[s
 CORE = {
     "labkit.assessments", "labkit.children", "labkit.clock", "labkit.contract", "labkit.coordinator",
     "labkit.crashpoints", "labkit.database", "labkit.errors", "labkit.evidence", "labkit.invariants",
-    "labkit.jsontext", "labkit.typed", "labkit.provider", "labkit.receipts", "labkit.recovery", "labkit.redaction",
+    "labkit.jsontext", "labkit.typed", "labkit.provider", "labkit.rabbitmq", "labkit.receipts", "labkit.recovery", "labkit.redaction",
     "labkit.report", "labkit.rules", "labkit.schema", "labkit.status", "labkit.steps", "labkit.store",
 }
 #: The later lessons' mechanisms (08-13): they may import the core and one another.

@@ -87,7 +87,8 @@ def test_what_labkit_and_the_lessons_import_is_in_the_learners_set():
 def test_every_distribution_of_this_environment_is_pinned_at_its_version():
     """The pip freeze of the venv the tests run in (made from requirements-dev.txt) is the two sets."""
     pinned = pins(LEARNER) | pins(DEV)
-    extras = pins(ROOT / "requirements-browser.txt")  # `make browser-test` adds these to the same .venv
+    # `make browser-test` and `make test-broker` add these to the same .venv
+    extras = pins(ROOT / "requirements-browser.txt") | pins(ROOT / "requirements-broker.txt")
     installed = {norm(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
     if not set(pinned) <= set(installed):
         pytest.skip(f"this environment is not made from requirements-dev.txt: {sorted(set(pinned) - set(installed))[:3]} ...")

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 import labkit
 from labkit.lab import labkit_cli
 from labkit.lab.ticket_service import TicketService
-from labkit.provider import _answer
+from labkit.provider import answer
 from labkit.redaction import looks_random, redact, redact_document, redact_field_path, redact_text
 
 REPO = Path(labkit.__file__).resolve().parent.parent
@@ -145,7 +145,7 @@ def test_no_field_of_the_labs_data_is_redacted_but_the_documented_sensitive_valu
     sensitive = SHIPPED_SECRETS.get(incident, [])
     assert changed == {path for path, text in before.items() if any(secret.split(":")[0] in text for secret in sensitive)}
     for rules_revision in (1, 2):  # the evidence summary the provider answers with: nothing in it is sensitive
-        assert redact(json.loads(_answer(raw, rules_revision))).count == 0
+        assert redact(json.loads(answer(raw, rules_revision))).count == 0
 
 
 # --------------------------------------------------------------------------- properties: planted at random
