@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..contract import check_evidence
-from ..errors import EvidenceRejected
-from ..provider import answer
+from ..errors import EvidenceRejected, RulesInputMissing
+from ..provider import answer, observation_of
 from ..rabbitmq import RabbitMQProvider, parse_broker_url
+from ..rules import assess
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "rabbitmq.sh"
@@ -110,15 +111,25 @@ def _publish_backlog(url: str) -> None:
              {"properties": {}, "routing_key": QUEUE, "payload": f"order {number}", "payload_encoding": "string"})
 
 
-def verdict(reading: LiveReading) -> dict[str, str]:
-    """What the lesson compares: the contract's verdict on the answer, and the diagnosis (never the rates)."""
+def verdict(reading: LiveReading, rules_revision: int) -> dict[str, str]:
+    """What the lesson compares: the contract's verdict and the diagnosis (never the rates), with rules revision ``rules_revision``.
+
+    The answer is shaped again from the snapshot the adapter read (:func:`labkit.provider.answer`),
+    so one read shows what each rules revision makes of the same broker answer.
+    """
+    response = answer(json.dumps(reading.snapshot).encode("utf-8"), rules_revision)
     try:
-        body = check_evidence(reading.response, INCIDENT)
+        body = check_evidence(response, INCIDENT)
     except EvidenceRejected as refusal:
-        body = json.loads(reading.response)
+        body = json.loads(response)
         contract = f"refused by rule {refusal.rule}: {refusal.field} {refusal.problem}"
     else:
         contract = "accepted"
     diagnosis = body.get("diagnosis")
-    kind = diagnosis.get("kind") if isinstance(diagnosis, dict) else None
-    return {"contract": contract, "diagnosis": kind or "(none: the rules could not run on this answer)"}
+    if isinstance(diagnosis, dict):
+        return {"contract": contract, "diagnosis": diagnosis["kind"]}
+    try:  # no diagnosis: the rules could not run; say on which field, as a re-evaluation would
+        assess(observation_of(reading.snapshot), rules_revision)
+    except RulesInputMissing as missing:
+        return {"contract": contract, "diagnosis": f"(none: {missing.field} {missing.problem})"}
+    return {"contract": contract, "diagnosis": "(none)"}

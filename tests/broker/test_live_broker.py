@@ -399,7 +399,13 @@ def test_lesson_07s_replayed_capture_gets_a_verdict_and_a_diagnosis_answer(monke
     replayed = live_broker.read_backlog(tmp_path)
     assert replayed.source.startswith("replayed data/captures/rabbitmq-3.10.8/")
     assert replayed.snapshot["situation"] == "no-consumers-backlog"
-    assert set(live_broker.verdict(replayed)) == {"contract", "diagnosis"}
+    # One read, judged with each rules revision: 1 and 2 read a counter a queue never consumed from lacks
+    # (so no diagnosis, and the contract refuses the answer); 3 reads it absent as never moved.
+    for revision in (1, 2):
+        assert live_broker.verdict(replayed, revision) == {
+            "contract": "refused by rule schema:required: diagnosis is missing",
+            "diagnosis": f"(none: queue.message_stats.deliver_get_details.rate is missing; rules revision {revision} reads it)"}
+    assert live_broker.verdict(replayed, 3) == {"contract": "accepted", "diagnosis": "consumer_outage"}
 
 
 def test_lesson_07s_live_read_gets_the_verdict_its_replay_gets(monkeypatch, tmp_path, broker_url):
@@ -412,5 +418,6 @@ def test_lesson_07s_live_read_gets_the_verdict_its_replay_gets(monkeypatch, tmp_
     assert live.source.startswith("a live RabbitMQ 3.10.8 on 127.0.0.1")
     assert live.snapshot["queue"]["messages"] == live_broker.BACKLOG
     monkeypatch.setattr(live_broker, "SERVER", tmp_path / "no-rabbitmq-server")
-    assert live_broker.verdict(live) == live_broker.verdict(live_broker.read_backlog(tmp_path))
+    replayed = live_broker.read_backlog(tmp_path)
+    assert [live_broker.verdict(live, revision) for revision in (1, 2, 3)] == [live_broker.verdict(replayed, revision) for revision in (1, 2, 3)]
     assert not (tmp_path / "live" / "rabbitmq.state").exists()  # its node was stopped, its state cleared
