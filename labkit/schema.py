@@ -183,6 +183,19 @@ RETENTIONS_TABLE_V6 = """CREATE TABLE retentions (
             kept_unfinished  INTEGER NOT NULL  -- due, but their run was unfinished: left alone
         ) STRICT"""
 
+# --------------------------------------------------------------------------- schema version 7
+
+#: Rules: labkit.leases. A pool's claim asks, for each free run it looks at, whether a lease on
+#: that run failed (claimable_txn): without an index that is a scan of every lease, once per run
+#: looked at, so `work` grew with the number of runs squared.
+LEASES_BY_INCIDENT_INDEX_V7 = "CREATE INDEX leases_by_incident ON leases (incident, token)"
+#: Rules: labkit.leases, labkit.invariants (the fence check asks each commit's latest claim on its run).
+LEASE_EVENTS_BY_INCIDENT_INDEX_V7 = "CREATE INDEX lease_events_by_incident ON lease_events (incident, seq)"
+#: Rules: labkit.leases. The unfinished runs in incident order, without walking past the finished
+#: ones: a claim reads from here, and stops at the first free run (partial: a run leaves it when
+#: it completes, so it holds only the backlog).
+RUNS_UNFINISHED_INDEX_V7 = "CREATE INDEX runs_unfinished ON runs (incident) WHERE step != 'report_completed'"
+
 # --------------------------------------------------------------------------- the ordered list
 
 #: Ordered schema changes. Entry n moves the database from schema version n to n+1, in the
@@ -222,6 +235,9 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         REDACTIONS_TABLE_V6,
         RETENTIONS_TABLE_V6,
     ),
+    # 7: the indexes the commands' queries need, so that each grows linearly with the runs
+    # (recover, status, work, evaluate, retain timed at 1,000 and 10,000 runs: scripts/bench.py --scale).
+    (LEASES_BY_INCIDENT_INDEX_V7, LEASE_EVENTS_BY_INCIDENT_INDEX_V7, RUNS_UNFINISHED_INDEX_V7),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -193,6 +193,7 @@ def test_canonical_json_is_one_spelling_per_value():
 #: entry would make every database an older labkit made look foreign: append, never edit.
 MIGRATION_DIGESTS = (
     "9acc71b58bdce1fd", "8f2be6034992afb8", "29356a9d77b95342", "d1311705b653e5c1", "b6c9be4b5fd425a3", "b88ee7d069519620",
+    "b5f34b9458a0094c",
 )
 
 

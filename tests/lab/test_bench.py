@@ -10,6 +10,7 @@ refused before any work. Tiny sizes keep the file fast.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sqlite3
@@ -250,3 +251,30 @@ def test_bad_options_are_refused_in_one_line(cli_main, refused, args, words):
 def test_a_peer_interpreter_that_does_not_exist_is_bad_input(cli_main, refused, tmp_path: Path, where: str):
     path = tmp_path / "no-such-python" if where == "missing" else tmp_path
     refused(cli_main("bench", "--peers", env={bench.PEER_PYTHON_ENV: str(path)}), bench.PEER_PYTHON_ENV)
+
+
+def test_the_scale_table_times_every_command_and_prints_the_exponent_of_its_rows(tmp_path: Path):
+    """Real commands on seeded runs at two tiny sizes: each checked for its work (scale.py raises if not), each exponent
+    the printed times' (rounded to 10 ms, hence the tolerance)."""
+    from labkit.lab import scale
+
+    told: list[scale.Timing] = []
+    timings, startup = scale.measure((4, 8), tmp_path, progress=told.append)
+    assert told == timings and {(t.command, t.runs) for t in timings} == {(c, n) for c in scale.COMMANDS for n in (4, 8)}
+    table = scale.scale_table(timings, startup)
+    for command in scale.COMMANDS:
+        [line] = [line for line in table.splitlines() if line.startswith(command + " ")]
+        first, _s, last, _s2, exponent = line[len(command):].split()[:5]
+        expected = math.log(float(last) / float(first)) / math.log(2)
+        assert float(exponent) == pytest.approx(expected, abs=0.05 + 0.01 / float(first)), line
+
+
+def test_seeded_runs_are_labkits_own_rows(tmp_path: Path):
+    """The scale's seed is labkit's create_run_txn: the runs it leaves are what `labkit run` leaves before its first read."""
+    from labkit.lab import scale
+
+    scale.seed_runs(tmp_path / "seeded.db", 3)
+    with closing(labkit.connect(tmp_path / "seeded.db")) as conn:
+        rows = snapshot(conn)
+    assert [(row[0], row[2], row[3]) for row in rows["runs"]] == [(scale.scale_id(n), "not_inspected", 0) for n in range(3)]
+    assert len(rows["transitions"]) == 3 and not rows["evidence"]
