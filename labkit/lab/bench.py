@@ -12,6 +12,12 @@ down part way slows every system alike:
   assumed: a calibration run drives every incident through labkit one step at a time and
   counts the commit frames in SQLite's write-ahead log (:func:`wal_counts`) and the bytes
   of the rows each step added or changed.
+- **the floor + call log**: the floor, plus the provider's fsync'd call log line for each
+  read. labkit promises that every read is counted on disk (N1), so this is the physical
+  limit of what it promises; every row's "x floor + log" is its ms over this row's.
+- **labkit's SQL replayed**: the statements labkit ran for each incident in the calibration
+  (sqlite3's trace callback, values bound in), replayed on a database with labkit's schema,
+  with the call log line, and no labkit Python: what is left between this and labkit is Python.
 - **labkit**: the real :class:`~labkit.coordinator.Coordinator` and
   :class:`~labkit.provider.ReferenceProvider` on a fresh database each round. labkit pays
   for things the floor does not: the provider's read (its data file, its rules and its own
