@@ -6,7 +6,8 @@
 #                   refused while a lesson's kernel runs; what it replaces goes to my-lab/backups/
 #   make test       unit tests, crash suite and strict nbval over every notebook (installs the developers' tools)
 #   make notebooks  re-execute every notebook in place, and rewrite its text copy in notebooks/text/ (commit both)
-#   make bench      labkit against bare SQLite, DBOS and LangGraph (installs them into .venv/bench), then timings
+#   make bench      labkit against bare SQLite (four floors), DBOS and LangGraph (installs them into .venv/bench), then timings,
+#                   and recover/status/evaluate/retain/work timed at SCALE_RUNS="1000 10000" runs with their growth exponents
 #   make soak       the long hostile checks: 300 rounds of concurrent first opens, repeated races, every pair of kills on DBOS, on Temporal and on LangGraph,
 #                   work pools under random SIGKILLs and stalls (LABKIT_SOAK_TRIALS=20 trials), and 240 runs
 #                   killed at a random moment of SQLite's work (LABKIT_RANDOM_TRIALS=240) and half as many after a random delay, and two ticket services on one store
@@ -181,10 +182,13 @@ test-broker: $(BROKER_STAMP)
 	  $(BIN)/python scripts/broker_situations.py --out $(BROKER_CAPTURES); \
 	fi
 
+# SCALE_RUNS: the sizes of the scale table (each command timed at each; the exponent between the
+# first and last). SCALE_RUNS="1000 10000" is the default; SCALE_RUNS= leaves the table out.
+SCALE_RUNS ?= 1000 10000
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m labkit bench --peers
 	$(BIN)/python scripts/measure_leases.py
-	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench.py $(if $(strip $(SCALE_RUNS)),--scale $(SCALE_RUNS))
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -37,7 +37,7 @@ from . import contract
 from .assessments import Assessment, latest_assessment_txn
 from .clock import Clock, SystemClock
 from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
-from .database import read_transaction, require_write_transaction, transaction
+from .database import require_write_transaction, transaction
 from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun, UnsupportedVersion, WorkflowVersionMismatch
 from .evidence import bound_evidence, store_bounded_txn
 from .provider import ReadAdapter, Reading, read_with_diagnostic
@@ -241,8 +241,9 @@ class Coordinator:
         An existing run is returned from its row alone: resuming a run must not depend on the
         provider being reachable, since completion needs only the committed evidence.
         """
-        with read_transaction(self.conn):  # no write lock: a resumed run only needs reading
-            run = find_run_txn(self.conn, incident)
+        # No write lock: a resumed run only needs reading. One statement outside a transaction
+        # is atomic by itself; a read transaction around it would be two statements more, and a commit.
+        run = find_run_txn(self.conn, incident)
         if run is not None:
             return self.check_version(run)
         known = self.provider.incidents()

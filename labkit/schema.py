@@ -183,6 +183,34 @@ RETENTIONS_TABLE_V6 = """CREATE TABLE retentions (
             kept_unfinished  INTEGER NOT NULL  -- due, but their run was unfinished: left alone
         ) STRICT"""
 
+# --------------------------------------------------------------------------- schema version 7
+
+#: Rules: labkit.leases. A pool's claim asks, for each free run it looks at, whether a lease on
+#: that run failed (claimable_txn): without an index that is a scan of every lease, once per run
+#: looked at, so `work` grew with the number of runs squared.
+LEASES_BY_INCIDENT_INDEX_V7 = "CREATE INDEX leases_by_incident ON leases (incident, token)"
+#: Rules: labkit.leases, labkit.invariants (the fence check asks each commit's latest claim on its run).
+LEASE_EVENTS_BY_INCIDENT_INDEX_V7 = "CREATE INDEX lease_events_by_incident ON lease_events (incident, seq)"
+#: Rules: labkit.leases. The unfinished runs in incident order, without walking past the finished
+#: ones: a claim reads from here, and stops at the first free run (partial: a run leaves it when
+#: it completes, so it holds only the backlog).
+RUNS_UNFINISHED_INDEX_V7 = "CREATE INDEX runs_unfinished ON runs (incident) WHERE step != 'report_completed'"
+
+# --------------------------------------------------------------------------- schema version 8
+
+#: Rules: labkit.store (create_run_txn, advance_txn write one row per transition). ``seq`` is
+#: still commit order without AUTOINCREMENT: every row is written under the write lock, a new
+#: row's key is one above the largest, and transitions are never deleted, so no key is reused.
+#: AUTOINCREMENT only added a write of ``sqlite_sequence`` (a page in the log) to every transition.
+TRANSITIONS_TABLE_V8 = """CREATE TABLE transitions_v8 (
+            seq            INTEGER PRIMARY KEY,  -- commit order (see above); never deleted, so never reused
+            incident       TEXT NOT NULL REFERENCES runs (incident),
+            from_step      TEXT,
+            to_step        TEXT NOT NULL,
+            state_version  INTEGER NOT NULL,
+            at             TEXT NOT NULL
+        ) STRICT"""
+
 # --------------------------------------------------------------------------- the ordered list
 
 #: Ordered schema changes. Entry n moves the database from schema version n to n+1, in the
@@ -221,6 +249,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         DIAGNOSTICS_TABLE_V6,
         REDACTIONS_TABLE_V6,
         RETENTIONS_TABLE_V6,
+    ),
+    # 7: the indexes the commands' queries need, so that each grows linearly with the runs
+    # (recover, status, work, evaluate, retain timed at 1,000 and 10,000 runs: scripts/bench.py --scale).
+    (LEASES_BY_INCIDENT_INDEX_V7, LEASE_EVENTS_BY_INCIDENT_INDEX_V7, RUNS_UNFINISHED_INDEX_V7),
+    # 8: transitions keep their order from the write lock, not from AUTOINCREMENT: the table is
+    # rebuilt with the same rows and keys, one page fewer in the log per transition.
+    (
+        TRANSITIONS_TABLE_V8,
+        "INSERT INTO transitions_v8 (seq, incident, from_step, to_step, state_version, at)"
+        " SELECT seq, incident, from_step, to_step, state_version, at FROM transitions",
+        "DROP TABLE transitions",
+        "ALTER TABLE transitions_v8 RENAME TO transitions",
     ),
 )
 

@@ -12,6 +12,12 @@ down part way slows every system alike:
   assumed: a calibration run drives every incident through labkit one step at a time and
   counts the commit frames in SQLite's write-ahead log (:func:`wal_counts`) and the bytes
   of the rows each step added or changed.
+- **the floor + call log**: the floor, plus the provider's fsync'd call log line for each
+  read. labkit promises that every read is counted on disk (N1), so this is the physical
+  limit of what it promises; every row's "x floor + log" is its ms over this row's.
+- **labkit's SQL replayed**: the statements labkit ran for each incident in the calibration
+  (sqlite3's trace callback, values bound in), replayed on a database with labkit's schema,
+  with the call log line, and no labkit Python: what is left between this and labkit is Python.
 - **labkit**: the real :class:`~labkit.coordinator.Coordinator` and
   :class:`~labkit.provider.ReferenceProvider` on a fresh database each round. labkit pays
   for things the floor does not: the provider's read (its data file, its rules and its own
@@ -77,6 +83,8 @@ if __package__:  # imported as labkit.lab.bench; run as a script in the peers' v
 DEFAULT_ROUNDS = 9  # labkit/cli.py names it in the help of --rounds
 MAX_ROUNDS = 1000
 
+#: The four floors and labkit, in the order the table shows them (the peers follow).
+FLOORS = ("floor", "floor_call_log", "labkit_sql_replayed")
 #: The peers (named as their packages are, whose versions are shown), each with the modules it needs.
 PEERS: dict[str, tuple[str, ...]] = {"dbos": ("dbos",), "langgraph": ("langgraph", "langgraph.checkpoint.sqlite")}
 NOT_INSTALLED = {"error": "not installed"}
@@ -364,6 +372,7 @@ class IncidentPlan:
     report: dict
     commits: tuple[int, ...]
     diagnostic: bytes
+    statements: tuple[str, ...] = ()  # every statement labkit ran for it, values bound in (sqlite3's trace)
 
 
 class TimedProvider:
@@ -435,17 +444,24 @@ def calibrate(folder: Path, incidents: list[str]) -> list[IncidentPlan]:
     """Drive each incident through labkit one step at a time; measure its commits and their bytes.
 
     Not timed. The log is emptied before each incident, so it never grows long enough for
-    SQLite to checkpoint it part way and lose the count.
+    SQLite to checkpoint it part way and lose the count. sqlite3's trace callback records
+    every statement labkit runs for the incident, with its values bound in (SQLite's expanded
+    SQL): :func:`replay_round` runs exactly these, with no Python of labkit's around them.
     """
     db = folder / "calibration.db"
     provider = TimedProvider(ReferenceProvider(call_log_for(db)))
     plans = []
     with closing(connect(db)) as conn:
         coordinator = Coordinator(conn, provider)
+        traced: list[str] = []
 
         def measured(step: Callable[[str], Any], incident: str) -> tuple[Any, list[int]]:
             rows, before = _rows(conn), wal_counts(db)
-            outcome = step(incident)
+            conn.set_trace_callback(traced.append)  # the step's statements only, not the bench's own snapshots
+            try:
+                outcome = step(incident)
+            finally:
+                conn.set_trace_callback(None)
             after = wal_counts(db)
             if before is None or after is None:
                 raise RunFailure(f"the benchmark lost count of labkit's commits on {incident}")
@@ -454,28 +470,100 @@ def calibrate(folder: Path, incidents: list[str]) -> list[IncidentPlan]:
 
         for incident in incidents:
             settle(db)
+            traced.clear()
             _, started = measured(coordinator.start, incident)
             _, inspected = measured(coordinator.inspect, incident)
             receipt, completed = measured(coordinator.complete, incident)
             plans.append(IncidentPlan(incident, provider.responses[incident], receipt.report, (*started, *inspected, *completed),
-                                      provider.diagnostics[incident]))
+                                      provider.diagnostics[incident], statements_run(traced)))
     return plans
+
+
+def statements_run(traced: list[str]) -> tuple[str, ...]:
+    """The statements a connection ran, from what its trace callback saw.
+
+    SQLite reports a trigger's program once more under the text of the statement that fired
+    it, so an UPDATE of a run's step shows up twice in a row: the echo is not a statement run
+    (replaying it would move the step twice). labkit never runs one statement twice in a row.
+    """
+    run: list[str] = []
+    for statement in traced:
+        if not run or statement != run[-1]:
+            run.append(statement)
+    return tuple(run)
+
+
+def _durable_connection(db: Path) -> sqlite3.Connection:
+    """A bare sqlite3 connection with labkit's durability: WAL, synchronous=FULL, explicit transactions."""
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = FULL")
+    return conn
+
+
+def _floor_writes(plans: list[IncidentPlan]) -> list[tuple[str, str, bool]]:
+    """Each of labkit's commits as (incident, payload, whether the provider's read comes before it): made before a clock starts.
+
+    labkit logs the read before it commits the evidence: that is the incident's second commit
+    (its first creates the run), so the floor with the call log appends its line there.
+    """
+    return [(plan.incident, "x" * size, index == 1) for plan in plans for index, size in enumerate(plan.commits)]
 
 
 def floor_round(db: Path, plans: list[IncidentPlan]) -> Sample:
     """Bare sqlite3: labkit's durability, labkit's commits, labkit's bytes, nothing else."""
+    return _floor(db, plans, None)
+
+
+def floor_call_log_round(db: Path, plans: list[IncidentPlan]) -> Sample:
+    """The floor, plus the provider's fsync'd call log line for each read: the least that labkit's promises cost.
+
+    labkit promises that every read is counted in a log that survives the reader being killed
+    (N1), so that fsync is part of any honest lower bound, not overhead labkit could shed.
+    """
+    return _floor(db, plans, CallLog(db.with_name(db.name + ".calls.jsonl")))
+
+
+def _floor(db: Path, plans: list[IncidentPlan], log: CallLog | None) -> Sample:
     # The floor is what SQLite alone costs, so it opens the file itself rather than through labkit.
-    with closing(sqlite3.connect(db, isolation_level=None)) as conn:
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
+    with closing(_durable_connection(db)) as conn:
         conn.execute("CREATE TABLE floor (seq INTEGER PRIMARY KEY, incident TEXT NOT NULL, payload TEXT NOT NULL) STRICT")
-        writes = [(plan.incident, "x" * size) for plan in plans for size in plan.commits]  # made before the clock starts
+        writes = _floor_writes(plans)
+        sizes = {plan.incident: len(plan.response) for plan in plans}
         before = settle(db)
         started = time.perf_counter()
-        for incident, payload in writes:
+        for incident, payload, read_before in writes:
+            if log is not None and read_before:
+                log.append(incident, "ok", sizes[incident])
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("INSERT INTO floor (incident, payload) VALUES (?, ?)", (incident, payload))
             conn.execute("COMMIT")
+        return Sample.measured(time.perf_counter() - started, db, before)
+
+
+def replay_round(db: Path, plans: list[IncidentPlan]) -> Sample:
+    """labkit's own SQL, replayed with no labkit Python around it, on a database with labkit's schema.
+
+    Exactly the statements the calibration traced (transactions, reads, writes, pragmas), with
+    labkit's durability and its foreign keys, and the call log's line appended where labkit
+    reads: before the incident's evidence transaction (its second ``BEGIN IMMEDIATE``). What
+    is left between this and labkit is Python: the provider's parsing and rules, the
+    contract, redaction, and labkit's own code.
+    """
+    connect(db).close()  # the schema, made by labkit (not timed)
+    log = CallLog(db.with_name(db.name + ".calls.jsonl"))
+    with closing(_durable_connection(db)) as conn:
+        conn.execute("PRAGMA foreign_keys = ON")
+        before = settle(db)
+        started = time.perf_counter()
+        for plan in plans:
+            writes = 0
+            for statement in plan.statements:
+                if statement == "BEGIN IMMEDIATE":
+                    writes += 1
+                    if writes == 2:
+                        log.append(plan.incident, "ok", len(plan.response))
+                conn.execute(statement).fetchall()
         return Sample.measured(time.perf_counter() - started, db, before)
 
 
@@ -702,16 +790,20 @@ def _measure_rounds(folder: Path, plans: list[IncidentPlan], rounds: int, proces
     A peer that fails leaves the run with its error in ``peer_status``.
     """
     running = [name for name, status in peer_status.items() if "error" not in status]
-    samples: dict[str, list[Sample]] = {name: [] for name in ("floor", "labkit", *running)}
+    samples: dict[str, list[Sample]] = {name: [] for name in (*FLOORS, "labkit", *running)}
     parts: dict[str, list[float]] = {"provider": [], "provider_call_log": [], "evidence_contract": [], "redaction": []}
     for number in range(rounds + 1):
         floor = floor_round(folder / f"floor-{number}.db", plans)
+        floor_log = floor_call_log_round(folder / f"floor-log-{number}.db", plans)
+        replayed = replay_round(folder / f"replay-{number}.db", plans)
         lab, provider_seconds = labkit_round(folder / f"labkit-{number}.db", plans)
         call_log = call_log_round(folder / f"calls-{number}.jsonl", plans)
         contract = contract_round(plans)
         redaction = redaction_round(plans)
         if number > 0:
             samples["floor"].append(floor)
+            samples["floor_call_log"].append(floor_log)
+            samples["labkit_sql_replayed"].append(replayed)
             samples["labkit"].append(lab)
             parts["provider"].append(provider_seconds)
             parts["provider_call_log"].append(call_log)
@@ -735,12 +827,22 @@ def _summary(samples: dict[str, list[Sample]], parts: dict[str, list[float]], pl
     n, floor = len(plans), samples["floor"]
     payload = round(sum(sum(plan.commits) for plan in plans) / n)
     durability = "WAL, synchronous=FULL, BEGIN IMMEDIATE"
+    labkit_statements = round(sum(len(plan.statements) for plan in plans) / n, 2)
+    floor_statements = round(3 * sum(len(plan.commits) for plan in plans) / n, 2)  # BEGIN IMMEDIATE, INSERT, COMMIT
     systems: dict[str, dict] = {
-        "floor": _system(floor, floor, n, payload_bytes_per_incident=payload, durability=durability),
-        "labkit": _system(samples["labkit"], floor, n, payload_bytes_per_incident=payload, durability=durability),
+        "floor": _system(floor, floor, n, payload_bytes_per_incident=payload, durability=durability,
+                         statements_per_incident=floor_statements),
+        "floor_call_log": _system(samples["floor_call_log"], floor, n, payload_bytes_per_incident=payload,
+                                  durability=durability + "; the call log fsync'd once a read", statements_per_incident=floor_statements),
+        "labkit_sql_replayed": _system(samples["labkit_sql_replayed"], floor, n, payload_bytes_per_incident=payload,
+                                       durability=durability + "; the call log fsync'd once a read",
+                                       statements_per_incident=labkit_statements),
+        "labkit": _system(samples["labkit"], floor, n, payload_bytes_per_incident=payload, durability=durability,
+                          statements_per_incident=labkit_statements),
     }
     for name, status in peer_status.items():
         systems[name] = dict(status) if "error" in status else _system(samples[name], floor, n, **status)
+    add_call_log_ratios(systems)
     # What is left of labkit's time once its provider (timed inside the run), the contract and redaction (timed alone) are out.
     state = [lab.seconds - provider - contract - redaction for lab, provider, contract, redaction in
              zip(samples["labkit"], parts["provider"], parts["evidence_contract"], parts["redaction"], strict=True)]
@@ -756,6 +858,19 @@ def _summary(samples: dict[str, list[Sample]], parts: dict[str, list[float]], pl
     }
 
 
+def add_call_log_ratios(systems: dict[str, dict]) -> None:
+    """Each system's ms per incident over "floor + call log"'s, computed from the rows as printed.
+
+    A ratio of medians (not the median of each round's ratio, as ``ratio_to_floor`` is), so a
+    reader can check it from the table: the physical limit of what labkit promises is the row
+    every other row is held against.
+    """
+    base = systems["floor_call_log"]["ms_per_incident"]
+    for entry in systems.values():
+        if "ms_per_incident" in entry:
+            entry["ratio_to_floor_call_log"] = round(entry["ms_per_incident"] / base, 2)
+
+
 # --------------------------------------------------------------------------- the table
 
 
@@ -768,16 +883,30 @@ _PART_LABELS = {
 }
 
 
+SYSTEM_LABELS = {
+    "floor": "floor: bare sqlite3, labkit's commits",
+    "floor_call_log": "floor + call log (fsync'd, once a read)",
+    "labkit_sql_replayed": "labkit's SQL replayed, + call log",
+    "labkit": "labkit: coordinator, reference provider",
+}
+
+
 def format_table(result: dict) -> str:
-    """The benchmark as a table a person reads; the same numbers as ``--json``."""
+    """The benchmark as a table a person reads; the same numbers as ``--json``.
+
+    "x floor+log" is each row's ms per incident over the "floor + call log" row's: the
+    physical limit of what labkit promises (its commits, and the read counted on disk).
+    """
     systems, width = result["systems"], 40
     load = result.get("load_average")
     lines = [
         f"{result['incidents']} incidents a round, median of {result['rounds']} interleaved rounds, "
         f"{result['cores']} cores" + (f", load average {load}" if load is not None else ""),
         "",
-        f"{'':<{width}} {'ms per':>8} {'':>7} {'incidents':>9} {'bytes per':>9} {'':>7} {'commits':>7} {'pages':>6}",
-        f"{'':<{width}} {'incident':>8} {'x floor':>7} {'a second':>9} {'incident':>9} {'x floor':>7} {'per inc':>7} {'per inc':>6}",
+        f"{'':<{width}} {'ms per':>8} {'':>7} {'x floor':>7} {'incidents':>9} {'bytes per':>9} {'':>7} {'commits':>7} {'pages':>6}"
+        f" {'stmts':>6}",
+        f"{'':<{width}} {'incident':>8} {'x floor':>7} {'+ log':>7} {'a second':>9} {'incident':>9} {'x floor':>7} {'per inc':>7}"
+        f" {'per inc':>6} {'per inc':>6}",
     ]
 
     def number(value: object, spec: str) -> str:
@@ -787,12 +916,13 @@ def format_table(result: dict) -> str:
         if "error" in entry:
             return f"{label:<{width}} {entry['error']}"
         return (f"{label:<{width}} {entry['ms_per_incident']:>8.3f} {entry['ratio_to_floor']:>6.2f}x "
+                f"{number(entry.get('ratio_to_floor_call_log'), '>6.2f')}x "
                 f"{entry['incidents_per_second']:>9,.0f} {entry['bytes_per_incident']:>9,} "
                 f"{number(entry['bytes_ratio_to_floor'], '>6.2f')}x {number(entry['commits_per_incident'], '>7.2f')} "
-                f"{number(entry['pages_per_incident'], '>6.1f')}")
+                f"{number(entry['pages_per_incident'], '>6.1f')} {number(entry.get('statements_per_incident'), '>6.1f')}")
 
-    lines.append(row("floor: bare sqlite3, labkit's commits", systems["floor"]))
-    lines.append(row("labkit: coordinator, reference provider", systems["labkit"]))
+    for name, label in SYSTEM_LABELS.items():
+        lines.append(row(label, systems[name]))
     for name, label in _PART_LABELS.items():
         part = result["labkit_parts"][name]
         lines.append(f"{label:<{width}} {part['ms_per_incident']:>8.3f} {part['ratio_to_floor']:>6.2f}x")
@@ -804,11 +934,15 @@ def format_table(result: dict) -> str:
         lines.append("dbos, langgraph: not run (add --peers; `make bench` installs them)")
     lines += [
         "",
-        f"floor and labkit: {systems['floor']['durability']}; each incident's commits carry "
+        f"floors and labkit: {systems['floor']['durability']}; each incident's commits carry "
         f"{systems['floor']['payload_bytes_per_incident']:,} bytes of row values",
+        "floor + call log, labkit's SQL replayed: and the provider's call log line, fsync'd, once a read",
+        "timed: the incidents' transactions (and reads) only; each system's file is made, its schema created and its log "
+        "checkpointed before the clock starts",
     ]
     lines += [f"{name}: {systems[name]['durability']}" for name in PEERS if "durability" in systems.get(name, {})]
-    lines.append("pages: pages written to the write-ahead log (and fsync'd) per incident")
+    lines.append("pages: pages written to the write-ahead log (and fsync'd) per incident; "
+                 "stmts: SQL statements run per incident (sqlite3's trace)")
     if result.get("scratch_filesystem") in ("tmpfs", "ramfs"):
         lines.append("warning: the scratch folder is in memory (tmpfs), where an fsync costs nothing; "
                      "set TMPDIR to a folder on disk to measure durability")

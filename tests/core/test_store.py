@@ -193,6 +193,7 @@ def test_canonical_json_is_one_spelling_per_value():
 #: entry would make every database an older labkit made look foreign: append, never edit.
 MIGRATION_DIGESTS = (
     "9acc71b58bdce1fd", "8f2be6034992afb8", "29356a9d77b95342", "d1311705b653e5c1", "b6c9be4b5fd425a3", "b88ee7d069519620",
+    "b5f34b9458a0094c", "3d57cfbdafc41a39",
 )
 
 
@@ -216,3 +217,28 @@ def test_a_database_of_every_older_schema_version_is_accepted_and_migrated(folde
         assert conn.execute("PRAGMA user_version").fetchone()[0] == labkit.store.SCHEMA_VERSION
         stored = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall()
     assert [tuple(row) for row in stored] == labkit.store.expected_schema(labkit.store.SCHEMA_VERSION)
+
+
+def test_transitions_keep_their_rows_and_order_through_the_rebuild_without_autoincrement(folder):
+    """Schema version 8 rebuilt transitions without AUTOINCREMENT: the rows and keys a version 7 file held stay,
+    and the next transition is keyed above the largest, so seq is still commit order."""
+    from labkit.schema import MIGRATIONS
+
+    db = folder / "v7-with-runs.db"
+    with closing(sqlite3.connect(db, isolation_level=None)) as old:  # what labkit 7 left: a run and two transitions
+        for statement in (statement for step in MIGRATIONS[:7] for statement in step):
+            old.execute(statement)
+        old.execute("PRAGMA user_version = 7")
+        old.execute("INSERT INTO runs (incident, workflow_version, step, version, created_at, updated_at)"
+                    " VALUES ('INC-1001', 2, 'not_inspected', 0, '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')")
+        old.execute("INSERT INTO transitions (seq, incident, from_step, to_step, state_version, at)"
+                    " VALUES (7, 'INC-1001', NULL, 'not_inspected', 0, '2026-01-01T00:00:00Z')")
+        before = old.execute("SELECT * FROM transitions ORDER BY seq").fetchall()
+    with closing(labkit.connect(db)) as conn:
+        assert [tuple(row) for row in conn.execute("SELECT * FROM transitions ORDER BY seq")] == before
+        with transaction(conn):
+            run = find_run_txn(conn, "INC-1001")
+            assert run is not None
+            advance_txn(conn, run, Step.EVIDENCE_RECORDED, labkit.TickingClock())
+        assert [row[0] for row in conn.execute("SELECT seq FROM transitions ORDER BY seq")] == [7, 8]
+        assert conn.execute("SELECT COUNT(*) FROM sqlite_sequence WHERE name = 'transitions'").fetchone()[0] == 0

@@ -10,6 +10,7 @@ refused before any work. Tiny sizes keep the file fast.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sqlite3
@@ -55,7 +56,7 @@ def test_bench_json_has_the_contract_shape(cli):
     assert result["cores"] == os.cpu_count()
     assert result["incidents"] == len(labkit.list_incidents())
     assert result["rounds"] == 1
-    assert set(result["systems"]) == {"floor", "labkit"}, "without --peers only the floor and labkit run"
+    assert set(result["systems"]) == {*bench.FLOORS, "labkit"}, "without --peers only the floors and labkit run"
     for name, entry in result["systems"].items():
         assert CONTRACT_FIELDS <= set(entry), name
         assert entry["ms_per_incident"] > 0 and entry["bytes_per_incident"] > 0, (name, entry)
@@ -70,11 +71,49 @@ def test_the_table_names_every_system_and_the_core_count(cli):
     done = cli("bench", "--rounds", "1", "--incidents", "2")
     assert done.returncode == 0, done.stderr
     assert f"{os.cpu_count()} cores" in done.stdout and "2 incidents a round" in done.stdout
-    labels = ("floor: bare sqlite3", "labkit: coordinator", "provider:", "fsync'd call log", "evidence contract", "redaction",
-              "state machine")
+    labels = ("floor: bare sqlite3", "floor + call log", "labkit's SQL replayed", "labkit: coordinator", "provider:",
+              "fsync'd call log", "evidence contract", "redaction", "state machine")
     for label in labels:
         assert label in done.stdout, label
     assert "dbos, langgraph: not run (add --peers" in done.stdout
+    assert "each system's file is made, its schema created and its log checkpointed before the clock starts" in done.stdout
+
+
+def _row_numbers(table: str, label: str) -> list[str]:
+    [line] = [line for line in table.splitlines() if line.startswith(label)]
+    return line[len(label):].split()
+
+
+def test_the_table_shows_four_floors_as_lines_with_ratios_computed_from_the_rows(cli):
+    """Every row's "x floor + log" is its ms per incident over the "floor + call log" row's, as printed."""
+    done = cli("bench", "--rounds", "1", "--incidents", "3")
+    assert done.returncode == 0, done.stderr
+    labels = bench.SYSTEM_LABELS
+    base = float(_row_numbers(done.stdout, labels["floor_call_log"])[0])
+    assert _row_numbers(done.stdout, labels["floor_call_log"])[2] == "1.00x"
+    for name in ("floor", "labkit_sql_replayed", "labkit"):
+        ms, _floor_ratio, log_ratio = _row_numbers(done.stdout, labels[name])[:3]
+        # The printed ms are rounded to 3 places: the ratio must agree with them to that precision.
+        assert float(log_ratio.rstrip("x")) == pytest.approx(float(ms) / base, abs=0.01 + 0.001 / base), name
+
+
+def test_the_call_log_ratio_is_each_rows_ms_over_the_floor_with_the_log():
+    systems = {"floor": {"ms_per_incident": 1.0}, "floor_call_log": {"ms_per_incident": 2.0},
+               "labkit": {"ms_per_incident": 2.9}, "dbos": {"error": "not installed"}}
+    bench.add_call_log_ratios(systems)
+    assert [systems[name].get("ratio_to_floor_call_log") for name in systems] == [0.5, 1.0, 1.45, None]
+
+
+def test_the_replay_runs_labkits_statements_and_stores_what_labkit_stored(tmp_path: Path):
+    """The replayed SQL is labkit's: run on a fresh database it leaves the rows labkit left, no Python of labkit's needed."""
+    plans = bench.calibrate(tmp_path, ["INC-1001", "INC-1002"])
+    assert all(plan.statements.count("BEGIN IMMEDIATE") == len(plan.commits) for plan in plans)
+    sample = bench.replay_round(tmp_path / "replayed.db", plans)
+    assert sample.logged is not None and sample.logged[0] == sum(len(plan.commits) for plan in plans)
+    with closing(labkit.connect(tmp_path / "calibration.db")) as made, closing(labkit.connect(tmp_path / "replayed.db")) as replayed:
+        assert snapshot(made) == snapshot(replayed)
+    calls = (tmp_path / "replayed.db.calls.jsonl").read_text().splitlines()
+    assert [json.loads(line)["incident"] for line in calls] == ["INC-1001", "INC-1002"], "one fsync'd call log line a read"
 
 
 def test_the_floor_makes_labkits_commits_counted_two_ways(tmp_path: Path):
@@ -212,3 +251,30 @@ def test_bad_options_are_refused_in_one_line(cli_main, refused, args, words):
 def test_a_peer_interpreter_that_does_not_exist_is_bad_input(cli_main, refused, tmp_path: Path, where: str):
     path = tmp_path / "no-such-python" if where == "missing" else tmp_path
     refused(cli_main("bench", "--peers", env={bench.PEER_PYTHON_ENV: str(path)}), bench.PEER_PYTHON_ENV)
+
+
+def test_the_scale_table_times_every_command_and_prints_the_exponent_of_its_rows(tmp_path: Path):
+    """Real commands on seeded runs at two tiny sizes: each checked for its work (scale.py raises if not), each exponent
+    the printed times' (rounded to 10 ms, hence the tolerance)."""
+    from labkit.lab import scale
+
+    told: list[scale.Timing] = []
+    timings, startup = scale.measure((4, 8), tmp_path, progress=told.append)
+    assert told == timings and {(t.command, t.runs) for t in timings} == {(c, n) for c in scale.COMMANDS for n in (4, 8)}
+    table = scale.scale_table(timings, startup)
+    for command in scale.COMMANDS:
+        [line] = [line for line in table.splitlines() if line.startswith(command + " ")]
+        first, _s, last, _s2, exponent = line[len(command):].split()[:5]
+        expected = math.log(float(last) / float(first)) / math.log(2)
+        assert float(exponent) == pytest.approx(expected, abs=0.05 + 0.01 / float(first)), line
+
+
+def test_seeded_runs_are_labkits_own_rows(tmp_path: Path):
+    """The scale's seed is labkit's create_run_txn: the runs it leaves are what `labkit run` leaves before its first read."""
+    from labkit.lab import scale
+
+    scale.seed_runs(tmp_path / "seeded.db", 3)
+    with closing(labkit.connect(tmp_path / "seeded.db")) as conn:
+        rows = snapshot(conn)
+    assert [(row[0], row[2], row[3]) for row in rows["runs"]] == [(scale.scale_id(n), "not_inspected", 0) for n in range(3)]
+    assert len(rows["transitions"]) == 3 and not rows["evidence"]
