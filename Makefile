@@ -162,7 +162,8 @@ test-postgres: $(DEV_STAMP)
 
 # The real read adapter against a live RabbitMQ: yours if LABKIT_RABBITMQ_URL is set (the adapter's tests only),
 # else a throwaway node on 127.0.0.1 (scripts/rabbitmq.sh, Debian's rabbitmq-server, installed if missing) for the
-# tests and then scripts/broker_situations.py, whose captures go to $(BROKER_CAPTURES) (the committed ones are in
+# tests and then scripts/broker_situations.py, whose captures go to $(BROKER_CAPTURES), judged by scripts/judge_captures.py
+# (the contract's verdict on each, the rules' scores and confusion table; it fails if the contract refuses one) (the committed ones are in
 # data/captures/: to renew them, run the script with its default --out against such a node). pika, which only that
 # script uses, goes into .venv from requirements-broker.txt.
 BROKER_STAMP := $(VENV)/.broker-installed
@@ -179,7 +180,8 @@ test-broker: $(BROKER_STAMP)
 	  trap 'bash scripts/rabbitmq.sh stop' EXIT; trap 'exit 130' INT TERM; \
 	  export LABKIT_RABBITMQ_URL=$$url LABKIT_RABBITMQ_AMQP_PORT=$$(bash scripts/rabbitmq.sh amqp-port); \
 	  $(BIN)/python -m pytest tests/broker/test_live_broker.py -n 2 --dist load -rs && \
-	  $(BIN)/python scripts/broker_situations.py --out $(BROKER_CAPTURES); \
+	  $(BIN)/python scripts/broker_situations.py --out $(BROKER_CAPTURES) && \
+	  $(BIN)/python scripts/judge_captures.py $(BROKER_CAPTURES); \
 	fi
 
 # SCALE_RUNS: the sizes of the scale table (each command timed at each; the exponent between the

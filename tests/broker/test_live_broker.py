@@ -20,6 +20,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -419,5 +420,38 @@ def test_lesson_07s_live_read_gets_the_verdict_its_replay_gets(monkeypatch, tmp_
     assert live.snapshot["queue"]["messages"] == live_broker.BACKLOG
     monkeypatch.setattr(live_broker, "SERVER", tmp_path / "no-rabbitmq-server")
     replayed = live_broker.read_backlog(tmp_path)
-    assert [live_broker.verdict(live, revision) for revision in (1, 2, 3)] == [live_broker.verdict(replayed, revision) for revision in (1, 2, 3)]
+    for revision in (1, 2, 3):
+        assert live_broker.verdict(live, revision) == live_broker.verdict(replayed, revision)
     assert not (tmp_path / "live" / "rabbitmq.state").exists()  # its node was stopped, its state cleared
+
+
+# --------------------------------------------------------------------------- judging a folder of captures
+
+
+def _judge(folder) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "scripts" / "judge_captures.py"), str(folder)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_every_committed_capture_is_accepted_and_the_rules_are_scored_on_them():
+    judged = _judge(REPO / "data" / "captures" / "rabbitmq-3.10.8")
+    assert judged.returncode == 0, judged.stdout + judged.stderr
+    count = len(list((REPO / "data" / "captures" / "rabbitmq-3.10.8").glob("*.json")))
+    assert judged.stdout.splitlines()[0] == (f"contract queue-evidence/3 (rules revision 3 writing the diagnosis): "
+                                             f"{count} of {count} captures in rabbitmq-3.10.8 accepted")
+    assert "rules revision 3 on" in judged.stdout and "confusion" in judged.stdout
+
+
+def test_a_capture_the_contract_does_not_model_fails_the_judging_naming_its_rule(tmp_path):
+    source = REPO / "data" / "captures" / "rabbitmq-3.10.8"
+    for path in sorted(source.glob("*.json"))[:3]:
+        shutil.copy(path, tmp_path / path.name)
+    broken = sorted(tmp_path.glob("*.json"))[0]
+    capture = json.loads(broken.read_text())
+    capture["queue"]["messages"] = "many"  # no broker sends a count as text
+    broken.write_text(json.dumps(capture))
+    judged = _judge(tmp_path)
+    assert judged.returncode == 1
+    assert "2 of 3 captures" in judged.stdout
+    assert "refused by rule schema:type: queue.messages" in judged.stdout
+    assert _judge(tmp_path / "empty").returncode == 2
