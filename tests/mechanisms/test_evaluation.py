@@ -571,7 +571,7 @@ def test_the_rules_on_captures_from_a_live_broker_they_were_not_written_from(tmp
     assert len(captures.snapshots) == 45 and len({key.split(" ", 1)[1] for key in captures.snapshots}) == 14
     for key, snapshot in captures.snapshots.items():
         raw = json.dumps(snapshot).encode("utf-8")
-        assert labkit.check_evidence(labkit.provider._answer(raw, 3), snapshot["incident"])["contract"] == "queue-evidence/3", key
+        assert labkit.check_evidence(labkit.provider.answer(raw, 3), snapshot["incident"])["contract"] == "queue-evidence/3", key
     scores = evaluation.compare_rules([captures])
     tally = [(scores[(captures.name, r)].correct, sum(1 for w in scores[(captures.name, r)].misdiagnosed
                                                       if w["predicted"] == evaluation.CANNOT_READ)) for r in (1, 2, 3)]
