@@ -46,7 +46,7 @@ LIVE_PROVIDER = "rabbitmq-management-rules"
 DEFAULT_TIMEOUT = 5.0
 
 # The subset of each answer that a snapshot keeps (data/README.md, "Fields"); the rest is left out.
-_NODE_FIELDS = ("name", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit", "disk_free_alarm")
+_NODE_FIELDS = ("name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit", "disk_free_alarm")
 _QUEUE_FIELDS = ("name", "vhost", "type", "durable", "auto_delete", "node", "state", "idle_since", "arguments",
                  "consumers", "consumer_details", "consumer_capacity", "messages", "messages_details", "messages_ready",
                  "messages_unacknowledged", "memory", "message_bytes", "message_stats")

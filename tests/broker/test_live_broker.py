@@ -43,7 +43,7 @@ SNAPSHOT_KEYS = {"incident", "opened_at", "broker", "node", "nodes", "queue"}
 QUEUE_KEYS = {"name", "vhost", "type", "durable", "auto_delete", "node", "state", "idle_since", "arguments", "consumers",
               "consumer_details", "consumer_capacity", "messages", "messages_details", "messages_ready",
               "messages_unacknowledged", "memory", "message_bytes", "message_stats"}
-NODE_KEYS = {"name", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit", "disk_free_alarm"}
+NODE_KEYS = {"name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit", "disk_free_alarm"}
 
 
 def _in_ci() -> bool:
@@ -138,6 +138,8 @@ def test_the_adapter_reads_a_queue_the_test_made(tmp_path, broker_url, managemen
     assert snapshot["node"]["name"] == snapshot["queue"]["node"]
     assert set(snapshot["node"]) <= NODE_KEYS and all(set(node) <= NODE_KEYS for node in snapshot["nodes"])
     assert snapshot["node"]["name"] in [node["name"] for node in snapshot["nodes"]]
+    # A node's `running` is kept: it is what tells a stopped cluster node from one that lacks its memory fields.
+    assert snapshot["node"]["running"] is True and all(node["running"] is True for node in snapshot["nodes"])
     # The response is the reference provider's shaping of this snapshot: same fields, same rules.
     assert reading.response == answer(reading.diagnostic, 1)
     assert json.loads(reading.response)["contract"] == CONTRACT
