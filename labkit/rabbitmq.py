@@ -182,7 +182,7 @@ class RabbitMQProvider:
     def _snapshot(self, vhost: str, name: str) -> dict:
         where = f"queue {name!r} in vhost {vhost!r}"
         overview = self._object("/api/overview")
-        queue = self._object(f"/api/queues/{_segment(vhost)}/{_segment(name)}", missing=f"{where} does not exist")
+        queue = self._queue(vhost, name, where)
         nodes = self._list("/api/nodes")
         snapshot: dict = {"broker": _broker_fields(overview)}
         host = queue.get("node")
@@ -193,6 +193,25 @@ class RabbitMQProvider:
         snapshot["nodes"] = [_subset(entry, _NODE_FIELDS) if isinstance(entry, dict) else entry for entry in nodes]
         snapshot["queue"] = queue_subset(queue)
         return snapshot
+
+    def _queue(self, vhost: str, name: str, where: str) -> dict:
+        """The queue's own answer or, for a queue whose node is stopped, its entry in the vhost's list.
+
+        RabbitMQ 3.10.8 answers 404 to ``GET /api/queues/{vhost}/{name}`` for a durable queue whose node is
+        stopped, while ``GET /api/queues/{vhost}`` still lists it, state ``down`` with only its identity: that
+        entry is the broker's answer about it. The list is asked for by name (a substring filter of the
+        management API, one page), and only an exact match counts; no entry, and the queue does not exist.
+        """
+        try:
+            return self._object(f"/api/queues/{_segment(vhost)}/{_segment(name)}", missing=f"{where} does not exist")
+        except _Missing:
+            query = urllib.parse.urlencode({"page": 1, "page_size": 500, "name": name})
+            page = self._object(f"/api/queues/{_segment(vhost)}?{query}")
+            listed = page.get("items")
+            entries = [entry for entry in listed if isinstance(entry, dict) and entry.get("name") == name] if isinstance(listed, list) else []
+            if not entries:
+                raise
+            return entries[0]
 
     def _object(self, path: str, missing: str | None = None) -> dict:
         value, body = self._get(path, missing)
@@ -226,7 +245,7 @@ class RabbitMQProvider:
                 raise _unavailable(f"the broker at {self.broker.shown} refused the user {self.broker.user!r} (HTTP 401): "
                                    "wrong user or password") from None
             if error.code == 404 and missing:
-                raise _unavailable(f"{missing} on the broker at {self.broker.shown} (HTTP 404 from {path})") from None
+                raise _Missing("", f"{missing} on the broker at {self.broker.shown} (HTTP 404 from {path})") from None
             raise _unavailable(f"GET {at} answered HTTP {error.code} {error.reason}") from None
         except TimeoutError:
             raise _unavailable(f"the broker at {self.broker.shown} sent no answer to GET {path} within {self.timeout:g} s") from None
@@ -245,6 +264,10 @@ class RabbitMQProvider:
         except JsonProblem as problem:
             raise _unavailable(f"GET {at} answered something that is not JSON ({problem.reason}): {_start(body)}") from None
         return value, body
+
+
+class _Missing(ProviderUnavailable):
+    """A 404 for a path that names one thing (a queue, a node): it does not exist, or cannot be read alone."""
 
 
 def _unavailable(reason: str) -> ProviderUnavailable:
