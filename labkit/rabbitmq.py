@@ -208,7 +208,9 @@ class RabbitMQProvider:
             query = urllib.parse.urlencode({"page": 1, "page_size": 500, "name": name})
             page = self._object(f"/api/queues/{_segment(vhost)}?{query}")
             listed = page.get("items")
-            entries = [entry for entry in listed if isinstance(entry, dict) and entry.get("name") == name] if isinstance(listed, list) else []
+            if not isinstance(listed, list):
+                raise
+            entries = [entry for entry in listed if isinstance(entry, dict) and entry.get("name") == name]
             if not entries:
                 raise
             return entries[0]

@@ -113,7 +113,8 @@ def test_a_steady_queue_balances_and_a_moving_one_need_not(path):
     3.10.8 (data/captures/) that carry rates (3 more are a queue on a stopped node: no counts), 19 miss the
     balance by more than 0.5/s: a burst draining by 1,600/s, consumers with auto-ack (no ack counter), a
     stream. Of the 20 whose count was steady (changing by less than 0.5/s plus 10% of the flow), 19
-    balanced within that same slack (zombies stopping mid-sample did not). So a steady queue here balances within UNEXPLAINED_RATE plus RATE_SLACK of the flow, the
+    balanced within that same slack (zombies stopping mid-sample did not). So a steady queue here
+    balances within UNEXPLAINED_RATE plus RATE_SLACK of the flow, the
     bound rules revision 3 reads health with; a draining, lagging or flowing one may miss by any amount.
     A quorum queue with x-delivery-limit may lose more while it redelivers: messages dead-lettered at the
     limit (INC-1011).
