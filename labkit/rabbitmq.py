@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .clock import Clock, SystemClock
 from .contract import MAX_DIAGNOSTIC_BYTES
-from .errors import BadSetting, ProviderUnavailable
+from .errors import BadSetting, BrokerObjectMissing, ProviderUnavailable
 from .jsontext import JsonProblem, strict_loads
 from .provider import CallLog, Reading, answer
 from .redaction import redact_line
@@ -204,7 +204,7 @@ class RabbitMQProvider:
         """
         try:
             return self._object(f"/api/queues/{_segment(vhost)}/{_segment(name)}", missing=f"{where} does not exist")
-        except _Missing:
+        except BrokerObjectMissing:
             query = urllib.parse.urlencode({"page": 1, "page_size": 500, "name": name})
             page = self._object(f"/api/queues/{_segment(vhost)}?{query}")
             listed = page.get("items")
@@ -247,7 +247,7 @@ class RabbitMQProvider:
                 raise _unavailable(f"the broker at {self.broker.shown} refused the user {self.broker.user!r} (HTTP 401): "
                                    "wrong user or password") from None
             if error.code == 404 and missing:
-                raise _Missing("", f"{missing} on the broker at {self.broker.shown} (HTTP 404 from {path})") from None
+                raise BrokerObjectMissing("", f"{missing} on the broker at {self.broker.shown} (HTTP 404 from {path})") from None
             raise _unavailable(f"GET {at} answered HTTP {error.code} {error.reason}") from None
         except TimeoutError:
             raise _unavailable(f"the broker at {self.broker.shown} sent no answer to GET {path} within {self.timeout:g} s") from None
@@ -266,10 +266,6 @@ class RabbitMQProvider:
         except JsonProblem as problem:
             raise _unavailable(f"GET {at} answered something that is not JSON ({problem.reason}): {_start(body)}") from None
         return value, body
-
-
-class _Missing(ProviderUnavailable):
-    """A 404 for a path that names one thing (a queue, a node): it does not exist, or cannot be read alone."""
 
 
 def _unavailable(reason: str) -> ProviderUnavailable:
