@@ -381,6 +381,14 @@ class ProviderUnavailable(RunFailure):
         super().__init__(f"provider could not read {incident!r}: {reason}")
 
 
+class BrokerObjectMissing(ProviderUnavailable):
+    """A broker's management API answered 404 for one named queue or node (the real adapter, labkit/rabbitmq.py).
+
+    To a caller, one more reason the provider could not read; the adapter itself catches it for a queue,
+    since RabbitMQ 3.10.8 answers 404 for a queue whose node is stopped and lists it in its vhost.
+    """
+
+
 class InjectedFailure(RunFailure):
     """Raised at a crash point armed in ``raise`` mode: an ordinary exception, not a kill.
 

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from .clock import Clock, SystemClock
 from .contract import MAX_DIAGNOSTIC_BYTES
-from .errors import BadSetting, ProviderUnavailable
+from .errors import BadSetting, BrokerObjectMissing, ProviderUnavailable
 from .jsontext import JsonProblem, strict_loads
 from .provider import CallLog, Reading, answer
 from .redaction import redact_line
@@ -46,7 +46,7 @@ LIVE_PROVIDER = "rabbitmq-management-rules"
 DEFAULT_TIMEOUT = 5.0
 
 # The subset of each answer that a snapshot keeps (data/README.md, "Fields"); the rest is left out.
-_NODE_FIELDS = ("name", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit", "disk_free_alarm")
+_NODE_FIELDS = ("name", "running", "mem_used", "mem_limit", "mem_alarm", "disk_free", "disk_free_limit", "disk_free_alarm")
 _QUEUE_FIELDS = ("name", "vhost", "type", "durable", "auto_delete", "node", "state", "idle_since", "arguments",
                  "consumers", "consumer_details", "consumer_capacity", "messages", "messages_details", "messages_ready",
                  "messages_unacknowledged", "memory", "message_bytes", "message_stats")
@@ -182,7 +182,7 @@ class RabbitMQProvider:
     def _snapshot(self, vhost: str, name: str) -> dict:
         where = f"queue {name!r} in vhost {vhost!r}"
         overview = self._object("/api/overview")
-        queue = self._object(f"/api/queues/{_segment(vhost)}/{_segment(name)}", missing=f"{where} does not exist")
+        queue = self._queue(vhost, name, where)
         nodes = self._list("/api/nodes")
         snapshot: dict = {"broker": _broker_fields(overview)}
         host = queue.get("node")
@@ -193,6 +193,27 @@ class RabbitMQProvider:
         snapshot["nodes"] = [_subset(entry, _NODE_FIELDS) if isinstance(entry, dict) else entry for entry in nodes]
         snapshot["queue"] = queue_subset(queue)
         return snapshot
+
+    def _queue(self, vhost: str, name: str, where: str) -> dict:
+        """The queue's own answer or, for a queue whose node is stopped, its entry in the vhost's list.
+
+        RabbitMQ 3.10.8 answers 404 to ``GET /api/queues/{vhost}/{name}`` for a durable queue whose node is
+        stopped, while ``GET /api/queues/{vhost}`` still lists it, state ``down`` with only its identity: that
+        entry is the broker's answer about it. The list is asked for by name (a substring filter of the
+        management API, one page), and only an exact match counts; no entry, and the queue does not exist.
+        """
+        try:
+            return self._object(f"/api/queues/{_segment(vhost)}/{_segment(name)}", missing=f"{where} does not exist")
+        except BrokerObjectMissing:
+            query = urllib.parse.urlencode({"page": 1, "page_size": 500, "name": name})
+            page = self._object(f"/api/queues/{_segment(vhost)}?{query}")
+            listed = page.get("items")
+            if not isinstance(listed, list):
+                raise
+            entries = [entry for entry in listed if isinstance(entry, dict) and entry.get("name") == name]
+            if not entries:
+                raise
+            return entries[0]
 
     def _object(self, path: str, missing: str | None = None) -> dict:
         value, body = self._get(path, missing)
@@ -226,7 +247,7 @@ class RabbitMQProvider:
                 raise _unavailable(f"the broker at {self.broker.shown} refused the user {self.broker.user!r} (HTTP 401): "
                                    "wrong user or password") from None
             if error.code == 404 and missing:
-                raise _unavailable(f"{missing} on the broker at {self.broker.shown} (HTTP 404 from {path})") from None
+                raise BrokerObjectMissing("", f"{missing} on the broker at {self.broker.shown} (HTTP 404 from {path})") from None
             raise _unavailable(f"GET {at} answered HTTP {error.code} {error.reason}") from None
         except TimeoutError:
             raise _unavailable(f"the broker at {self.broker.shown} sent no answer to GET {path} within {self.timeout:g} s") from None

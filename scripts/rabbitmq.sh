@@ -7,6 +7,12 @@
 #   bash scripts/rabbitmq.sh stop         stop it and the epmd it started, and delete its folder
 #   bash scripts/rabbitmq.sh ctl ARGS...  rabbitmqctl against it (the alarms of scripts/broker_situations.py)
 #   bash scripts/rabbitmq.sh amqp-port    the AMQP port it listens on
+#   bash scripts/rabbitmq.sh start-second a second node, labkit2@localhost, joined to the first in a cluster (the
+#                                         first's Erlang cookie and epmd, ports of its own): cluster-node-stopped
+#   bash scripts/rabbitmq.sh ctl-second ARGS...  rabbitmqctl against the second node (stop_app)
+#   bash scripts/rabbitmq.sh amqp-port-second    the AMQP port the second node listens on
+#   bash scripts/rabbitmq.sh stop-second  stop the second node, have the first forget it, delete its folder
+#                                         (`stop` does this first whenever a second node is recorded)
 #
 # Without RabbitMQ it installs Debian's `rabbitmq-server` package (needs root and apt), telling the package not
 # to start a node of its own (policy-rc.d), so the only node this script leaves running is the one `start` made.
@@ -20,6 +26,8 @@ cd "$(dirname "$0")/.."
 # The running node's folder, ports, name and URL, for `stop` and `ctl`; LABKIT_RABBITMQ_STATE puts it elsewhere
 # (lesson 07's node keeps its own, so it never meets the one `make test-broker` starts).
 STATE=${LABKIT_RABBITMQ_STATE:-build/rabbitmq.state}
+SECOND_STATE="$STATE.second"
+SECOND_NAME="labkit2@localhost"
 RABBIT_BIN=/usr/lib/rabbitmq/bin   # the package's scripts as they are: /usr/sbin's wrappers switch to its user
 
 say() { echo "rabbitmq.sh: $*" >&2; }
@@ -74,7 +82,7 @@ node_env() {
     export RABBITMQ_ADVANCED_CONFIG_FILE="$NODE_DIR/advanced.config"
     export RABBITMQ_ENABLED_PLUGINS_FILE="$NODE_DIR/enabled_plugins"
     export RABBITMQ_MNESIA_BASE="$NODE_DIR/mnesia" RABBITMQ_LOG_BASE="$NODE_DIR/log"
-    export RABBITMQ_PID_FILE="$NODE_DIR/rabbit.pid"
+    export RABBITMQ_PID_FILE="$NODE_DIR/rabbit.pid" ERL_CRASH_DUMP="$NODE_DIR/erl_crash.dump"   # not the working folder
     export RABBITMQ_NODENAME="$NODE_NAME" RABBITMQ_USE_LONGNAME=false
     export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_NODE_PORT="$AMQP_PORT" RABBITMQ_DIST_PORT="$DIST_PORT"
     export ERL_EPMD_ADDRESS=127.0.0.1 ERL_EPMD_PORT="$EPMD_PORT"
@@ -155,6 +163,7 @@ ctl() {
 }
 
 stop() {
+    if [ -f "$SECOND_STATE" ]; then stop_second; fi
     if [ ! -f "$STATE" ]; then say "no node started by this script is recorded ($STATE); nothing to stop"; return 0; fi
     # shellcheck disable=SC1090
     . "$STATE"
@@ -188,10 +197,94 @@ stop() {
     say "stopped the node $NODE_NAME and its epmd, and removed its folder"
 }
 
+second_env() {
+    # The second node's environment: the first node's epmd (the nodes of one cluster find each other through
+    # it), its own folder (with a copy of the first node's Erlang cookie in its $HOME), name and ports.
+    # shellcheck disable=SC1090
+    . "$STATE"
+    # shellcheck disable=SC1090
+    . "$SECOND_STATE"
+    NODE_DIR=$SECOND_DIR NODE_NAME=$SECOND_NAME AMQP_PORT=$SECOND_AMQP_PORT DIST_PORT=$SECOND_DIST_PORT
+    node_env
+}
+
+start_second() {
+    running || { say "no node started by this script is running: start it first"; exit 1; }
+    local first_name=$NODE_NAME first_dir=$NODE_DIR
+    if [ -f "$SECOND_STATE" ]; then stop_second; . "$STATE"; fi
+    PICKED="$AMQP_PORT $MGMT_PORT $EPMD_PORT $DIST_PORT"
+    SECOND_AMQP_PORT=$(free_port $((DIST_PORT + 1))); PICKED="$PICKED $SECOND_AMQP_PORT"
+    SECOND_MGMT_PORT=$(free_port $((SECOND_AMQP_PORT + 1))); PICKED="$PICKED $SECOND_MGMT_PORT"
+    SECOND_DIST_PORT=$(free_port $((SECOND_MGMT_PORT + 1)))
+    SECOND_DIR=$(mktemp -d "${TMPDIR:-/tmp}/labkit-rabbitmq.XXXXXX")
+    mkdir -p "$SECOND_DIR/home" "$SECOND_DIR/mnesia" "$SECOND_DIR/log"
+    chmod 700 "$SECOND_DIR"
+    printf 'SECOND_DIR=%q\nSECOND_AMQP_PORT=%q\nSECOND_MGMT_PORT=%q\nSECOND_DIST_PORT=%q\n' \
+        "$SECOND_DIR" "$SECOND_AMQP_PORT" "$SECOND_MGMT_PORT" "$SECOND_DIST_PORT" > "$SECOND_STATE"
+    chmod 600 "$SECOND_STATE"
+    cp "$first_dir/home/.erlang.cookie" "$SECOND_DIR/home/.erlang.cookie"
+    chmod 400 "$SECOND_DIR/home/.erlang.cookie"
+    : > "$SECOND_DIR/rabbitmq-env.conf"
+    echo "[rabbitmq_management]." > "$SECOND_DIR/enabled_plugins"
+    echo "[]." > "$SECOND_DIR/advanced.config"
+    printf 'listeners.tcp.1 = 127.0.0.1:%s\nmanagement.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %s\nlog.console = false\nlog.file.level = warning\n' \
+        "$SECOND_AMQP_PORT" "$SECOND_MGMT_PORT" > "$SECOND_DIR/rabbitmq.conf"
+    second_env
+    "$RABBIT_BIN/rabbitmq-server" -detached >/dev/null 2>&1 || true
+    # Joined the documented way: wait for it to boot, stop its app, join the first node, start the app again.
+    local step
+    for step in "wait $NODE_DIR/rabbit.pid --timeout 120" "stop_app" "join_cluster $first_name" "start_app"; do
+        # shellcheck disable=SC2086
+        if ! timeout 120 "$RABBIT_BIN/rabbitmqctl" -n "$SECOND_NAME" $step >/dev/null 2>&1; then
+            say "the second node $SECOND_NAME failed at '$step' (joining $first_name); its log:"
+            tail -n 20 "$SECOND_DIR"/log/*.log >&2 2>/dev/null || true
+            stop_second
+            exit 1
+        fi
+    done
+    say "second node $SECOND_NAME joined $first_name: AMQP 127.0.0.1:$SECOND_AMQP_PORT, data in $SECOND_DIR"
+}
+
+ctl_second() {
+    [ -f "$SECOND_STATE" ] || { say "no second node started by this script is recorded"; exit 1; }
+    second_env
+    "$RABBIT_BIN/rabbitmqctl" -n "$SECOND_NAME" "$@"
+}
+
+stop_second() {
+    [ -f "$SECOND_STATE" ] || { say "no second node started by this script is recorded; nothing to stop"; return 0; }
+    (
+        second_env
+        if [ -f "$NODE_DIR/rabbit.pid" ]; then
+            pid=$(cat "$NODE_DIR/rabbit.pid")
+            timeout 60 "$RABBIT_BIN/rabbitmqctl" -n "$SECOND_NAME" stop >/dev/null 2>&1 || true
+            waited=0
+            while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt 60 ]; do sleep 0.5; waited=$((waited + 1)); done
+            if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid" 2>/dev/null || true; fi
+        fi
+        # The first node would list it as a stopped member for ever after: it forgets it (when it is still up).
+        # shellcheck disable=SC1090
+        . "$STATE"
+        node_env
+        timeout 60 "$RABBIT_BIN/rabbitmqctl" -n "$NODE_NAME" forget_cluster_node "$SECOND_NAME" >/dev/null 2>&1 || true
+        case "$SECOND_DIR" in
+            */labkit-rabbitmq.*) rm -rf "$SECOND_DIR" ;;   # only a folder this script made
+        esac
+    )
+    rm -f "$SECOND_STATE"
+    say "stopped the second node $SECOND_NAME (the first forgot it) and removed its folder"
+}
+
 case "${1:-}" in
     start) start ;;
     stop) stop ;;
     ctl) shift; ctl "$@" ;;
+    start-second) start_second ;;
+    stop-second) stop_second ;;
+    ctl-second) shift; ctl_second "$@" ;;
+    amqp-port-second) [ -f "$SECOND_STATE" ] || { say "no second node started by this script is recorded"; exit 1; }
+        # shellcheck disable=SC1090
+        . "$SECOND_STATE"; echo "$SECOND_AMQP_PORT" ;;
     amqp-port) running || { say "no node started by this script is running"; exit 1; }; echo "$AMQP_PORT" ;;
-    *) echo "usage: bash scripts/rabbitmq.sh start|stop|ctl ARGS...|amqp-port" >&2; exit 2 ;;
+    *) echo "usage: bash scripts/rabbitmq.sh start|stop|ctl ARGS...|amqp-port|start-second|stop-second|ctl-second ARGS...|amqp-port-second" >&2; exit 2 ;;
 esac
