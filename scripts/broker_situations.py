@@ -43,6 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from labkit.rabbitmq import RabbitMQProvider, broker_from_environment  # noqa: E402
+from labkit.rules import LATEST_RULES_REVISION  # noqa: E402
 
 AMQP_PORT_ENV = "LABKIT_RABBITMQ_AMQP_PORT"
 DEFAULT_OUT = ROOT / "data" / "captures" / "rabbitmq-3.10.8"
@@ -200,7 +201,8 @@ class Lab:
 
     def sample(self, situation: Situation, number: int) -> None:
         incident = f"INC-9{situation.number:02d}{number}"
-        provider = RabbitMQProvider(Path(self.log_dir.name) / "calls.jsonl", {incident: ("/", situation.queue)}, timeout=10)
+        provider = RabbitMQProvider(Path(self.log_dir.name) / "calls.jsonl", {incident: ("/", situation.queue)}, timeout=10,
+                                    rules_revision=LATEST_RULES_REVISION)
         reading = provider.read_with_diagnostic(incident)
         snapshot = json.loads(reading.diagnostic)
         answer = json.loads(reading.response)
@@ -212,7 +214,7 @@ class Lab:
         queue = snapshot["queue"]
         said = answer.get("diagnosis", {}).get("kind", "(no diagnosis: the rules lacked a field)")
         print(f"  {incident} {situation.name}: messages={queue.get('messages')} consumers={queue.get('consumers')} "
-              f"state={queue.get('state')} rules revision 1 say {said}")
+              f"state={queue.get('state')} rules revision {LATEST_RULES_REVISION} says {said}")
 
     def run(self, situation: Situation, setup: Callable[[Actors, str], None], after: Callable[[], None] | None = None) -> None:
         """Register a situation; :meth:`play` makes them all, in the order registered."""
