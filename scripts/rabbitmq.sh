@@ -106,7 +106,10 @@ start() {
     [ -f "$STATE" ] && stop   # a state file left by a node that is gone: clear what remains of it
     [ -x "$RABBIT_BIN/rabbitmq-server" ] || install_server
     [ -x "$RABBIT_BIN/rabbitmq-server" ] || { say "the rabbitmq-server package installed no $RABBIT_BIN/rabbitmq-server"; exit 1; }
-    local first=${LABKIT_RABBITMQ_PORT:-56720}
+    # Free ports from a random block of ten (LABKIT_RABBITMQ_PORT picks the first): two nodes starting at once
+    # (lesson 07 under nbval beside make test-broker, or two mutant runs of it) would otherwise both find the same
+    # ports free and one would fail to listen; the second node's ports follow the first's.
+    local first=${LABKIT_RABBITMQ_PORT:-$((41000 + (RANDOM % 1500) * 10))}
     PICKED=""
     AMQP_PORT=$(free_port "$first"); PICKED="$PICKED $AMQP_PORT"
     MGMT_PORT=$(free_port $((AMQP_PORT + 1))); PICKED="$PICKED $MGMT_PORT"
