@@ -62,6 +62,16 @@ with urllib.request.urlopen(request, timeout=2) as reply:
 PY
 }
 
+start_lock() {
+    # One start at a time on this machine (util-linux's flock, where there is one): a start picks ports that are free
+    # now and the node listens on them seconds later, so two starts at once (lesson 07 under nbval beside make
+    # test-broker, two mutant runs of 07) could pick the same ones. Released when this script exits; the node is
+    # started with the lock's descriptor closed, so it never holds the lock itself.
+    command -v flock >/dev/null || return 0
+    exec 9>"${TMPDIR:-/tmp}/labkit-rabbitmq.start.lock"
+    flock -w 300 9 || { say "another start kept the start lock for 300 s"; exit 1; }
+}
+
 port_taken() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 free_port() {
@@ -104,6 +114,7 @@ start() {
         exit 1
     fi
     [ -f "$STATE" ] && stop   # a state file left by a node that is gone: clear what remains of it
+    start_lock
     [ -x "$RABBIT_BIN/rabbitmq-server" ] || install_server
     [ -x "$RABBIT_BIN/rabbitmq-server" ] || { say "the rabbitmq-server package installed no $RABBIT_BIN/rabbitmq-server"; exit 1; }
     # Free ports from a random block of ten (LABKIT_RABBITMQ_PORT picks the first): two nodes starting at once
@@ -143,17 +154,26 @@ log.console = false
 log.file.level = warning
 EOF
     node_env
-    "$RABBIT_BIN/rabbitmq-server" -detached >/dev/null 2>&1 || true
-    # Ready when the management API answers as our user (the node boots in 5-15 s on a busy machine).
-    local waited=0
+    "$RABBIT_BIN/rabbitmq-server" -detached >/dev/null 2>&1 9>&- || true
+    # Ready when the management API answers as our user (the node boots in 5-15 s on a busy machine). A node whose
+    # process ended (a port another start took between our check and its listen) is started again on a new
+    # random block, twice at most; one that neither answers nor ends within 60 s is given up.
+    local deadline=$((SECONDS + 60)) attempt=${LABKIT_RABBITMQ_ATTEMPT:-1}
     until answers "http://127.0.0.1:$MGMT_PORT/api/overview" "labkit" "$password"; do
-        sleep 0.5; waited=$((waited + 1))
-        if [ "$waited" -ge 180 ]; then
-            say "the node did not answer on its management port within 90 s; its log:"
+        local gone=""
+        if [ -f "$NODE_DIR/rabbit.pid" ] && ! kill -0 "$(cat "$NODE_DIR/rabbit.pid")" 2>/dev/null; then gone=1; fi
+        if [ -n "$gone" ] || [ "$SECONDS" -ge "$deadline" ]; then
+            if [ -n "$gone" ]; then say "the node ended while starting (attempt $attempt); its log:"
+            else say "the node did not answer on its management port within 60 s (attempt $attempt); its log:"; fi
             tail -n 20 "$NODE_DIR"/log/*.log >&2 2>/dev/null || true
             stop
+            if [ -n "$gone" ] && [ "$attempt" -lt 3 ] && [ -z "${LABKIT_RABBITMQ_PORT:-}" ]; then
+                LABKIT_RABBITMQ_ATTEMPT=$((attempt + 1)) start
+                return
+            fi
             exit 1
         fi
+        sleep 0.5
     done
     say "RabbitMQ $(ls /usr/lib/rabbitmq/lib | sed -n 's/^rabbitmq_server-//p' | head -n 1) node $NODE_NAME: AMQP 127.0.0.1:$AMQP_PORT, management 127.0.0.1:$MGMT_PORT, epmd 127.0.0.1:$EPMD_PORT, data in $NODE_DIR"
     echo "$URL"
@@ -215,6 +235,7 @@ start_second() {
     running || { say "no node started by this script is running: start it first"; exit 1; }
     local first_name=$NODE_NAME first_dir=$NODE_DIR
     if [ -f "$SECOND_STATE" ]; then stop_second; . "$STATE"; fi
+    start_lock
     PICKED="$AMQP_PORT $MGMT_PORT $EPMD_PORT $DIST_PORT"
     SECOND_AMQP_PORT=$(free_port $((DIST_PORT + 1))); PICKED="$PICKED $SECOND_AMQP_PORT"
     SECOND_MGMT_PORT=$(free_port $((SECOND_AMQP_PORT + 1))); PICKED="$PICKED $SECOND_MGMT_PORT"
@@ -233,7 +254,7 @@ start_second() {
     printf 'listeners.tcp.1 = 127.0.0.1:%s\nmanagement.tcp.ip = 127.0.0.1\nmanagement.tcp.port = %s\nlog.console = false\nlog.file.level = warning\n' \
         "$SECOND_AMQP_PORT" "$SECOND_MGMT_PORT" > "$SECOND_DIR/rabbitmq.conf"
     second_env
-    "$RABBIT_BIN/rabbitmq-server" -detached >/dev/null 2>&1 || true
+    "$RABBIT_BIN/rabbitmq-server" -detached >/dev/null 2>&1 9>&- || true
     # Joined the documented way: wait for it to boot, stop its app, join the first node, start the app again.
     local step
     for step in "wait $NODE_DIR/rabbit.pid --timeout 120" "stop_app" "join_cluster $first_name" "start_app"; do

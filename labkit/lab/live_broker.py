@@ -66,7 +66,7 @@ def read_backlog(folder: Path, rules_revision: int = 1) -> LiveReading:
     watchdog = subprocess.Popen(["bash", "-c", 'cat >/dev/null; exec bash "$0" stop', str(SCRIPT)], stdin=subprocess.PIPE,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=REPO)
     try:
-        started = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+        started = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, env=env, cwd=REPO, timeout=240)
         if started.returncode != 0:
             raise RuntimeError(f"the broker did not start: {started.stderr.strip().splitlines()[-1:]}")
         url = started.stdout.strip()
