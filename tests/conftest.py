@@ -254,3 +254,30 @@ def data_copy(tmp_path: Path) -> Path:
     copy = tmp_path / "data"
     shutil.copytree(DATA / "incidents", copy / "incidents")
     return copy
+
+
+# --------------------------------------------------------------------------- live services
+
+
+@pytest.fixture
+def live_service_url(request: pytest.FixtureRequest):
+    """``url(ENV, missing)``: the service URL in the environment variable ENV, or a skip saying ``missing``.
+
+    For the tests of a real server someone else runs (PostgreSQL, RabbitMQ): without the variable they
+    are skipped with the reason, so ``make test`` runs them only where a server is configured. In CI (CI
+    set), when the test's file was named on the command line (its own make target), a missing server
+    fails instead: there the live path is the point, and a skip would pass unseen.
+    """
+    in_ci = os.environ.get("CI", "").lower() not in ("", "0", "false")
+    start = Path(request.config.invocation_params.dir)
+    asked_for = any((start / arg.split("::", 1)[0]).resolve() == request.path.resolve() for arg in request.config.args)
+
+    def url(env: str, missing: str) -> str:
+        value = os.environ.get(env)
+        if value:
+            return value
+        if in_ci and asked_for:
+            pytest.fail(f"{missing} (CI is set and this file was asked for, so this is a failure, not a skip)", pytrace=False)
+        pytest.skip(missing)
+
+    return url

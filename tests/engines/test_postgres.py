@@ -12,7 +12,6 @@ The bad-URL tests need no server and always run.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -27,25 +26,10 @@ NO_SERVER = f"no PostgreSQL server configured: set {POSTGRES_ENV}=postgresql://U
 HERE = Path(__file__).resolve()
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() not in ("", "0", "false")
-
-
-def _asked_for(config: pytest.Config) -> bool:
-    """Whether this file was named on the command line (``make test-postgres``), not collected with all of tests/."""
-    start = Path(config.invocation_params.dir)
-    return any((start / arg.split("::", 1)[0]).resolve() == HERE for arg in config.args)
-
-
 @pytest.fixture
-def server(request: pytest.FixtureRequest) -> str:
+def server(live_service_url) -> str:
     """The PostgreSQL server's URL; skipped with the reason when none is configured (failed, in CI, when asked for)."""
-    url = os.environ.get(POSTGRES_ENV)
-    if not url:
-        if _in_ci() and _asked_for(request.config):
-            pytest.fail(f"{NO_SERVER} (CI is set and this file was asked for, so this is a failure, not a skip)", pytrace=False)
-        pytest.skip(NO_SERVER)
-    return url
+    return live_service_url(POSTGRES_ENV, NO_SERVER)
 
 
 @pytest.fixture
