@@ -23,7 +23,6 @@ from labkit.lab.explorer import FLOW_INVARIANTS, Scenario, run_scenario
 from labkit.lab.postgres_workers import PostgresServerUnusable, fresh_database, two_workers, workflow_rows
 
 NO_SERVER = f"no PostgreSQL server configured: set {POSTGRES_ENV}=postgresql://USER@HOST:PORT/DB (see README)"
-HERE = Path(__file__).resolve()
 
 
 @pytest.fixture
