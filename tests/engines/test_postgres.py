@@ -12,8 +12,6 @@ The bad-URL tests need no server and always run.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from labkit.crashpoints import points
