@@ -11,6 +11,8 @@ stored evidence, never asking the provider again. A real adapter could put a mod
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .errors import RulesInputMissing, UnknownRulesRevision
 
 #: The reference provider's identity, as recorded in every piece of evidence's decision inputs.
@@ -182,90 +184,15 @@ def _rules_2(o: _Reader) -> dict:
         consumers ack at least what is published while the count does not grow and nothing is unexplained.
     11. Otherwise unknown: no rule matched is not the same as healthy.
     """
-    nodes = o.get("nodes")
-    if not isinstance(nodes, list) or not nodes:
-        raise o._missing("nodes", "is not a list of the cluster's nodes")
-    seen = []
-    for index, node in enumerate(nodes):
-        where = f"nodes.{index}"
-        if not isinstance(node, dict):
-            raise o._missing(where, "is not an object")
-        seen.append((
-            _short(o.text("name", node, where), 48), o.flag("mem_alarm", node, where), o.flag("disk_free_alarm", node, where),
-            o.number("mem_used", node, where), o.number("mem_limit", node, where),
-        ))
-    name, state, qtype = _short(o.text("queue.name")), o.text("queue.state"), o.text("queue.type")
-    arguments = o.get("queue.arguments")
-    if not isinstance(arguments, dict):
-        raise o._missing("queue.arguments", "is not an object")
+    seen, stopped = _nodes(o, skip_stopped=False)
+    name, state, qtype, arguments = _queue_identity(o)
     consumers, capacity = o.count("queue.consumers"), o.number("queue.consumer_capacity")
     messages, ready = o.count("queue.messages"), o.count("queue.messages_ready")
     unacked, change = o.count("queue.messages_unacknowledged"), o.number("queue.messages_details.rate")
     publish, deliver, ack, redeliver = o.rate("publish"), o.rate("deliver_get"), o.rate("ack"), o.rate("redeliver")
-    limit = arguments.get("x-delivery-limit")
-    # messages that entered the queue and neither were acknowledged nor are still in it
-    unexplained = round(publish - ack - change, 1) + 0.0
-
-    mem_alarms = [node for node, mem, _disk, _used, _limit in seen if mem]
-    disk_alarms = [node for node, _mem, disk, _used, _limit in seen if disk]
-    at_edge = [(node, used / cap) for node, _m, _d, used, cap in seen if cap > 0 and used >= MEMORY_EDGE * cap]
-    if mem_alarms or disk_alarms:
-        which = "memory" if mem_alarms else "disk"
-        kind = "memory_alarm" if mem_alarms else "disk_alarm"
-        summary = (f"{which} alarm on {', '.join((mem_alarms or disk_alarms)[:3])}: alarms are cluster-wide, "
-                   f"so publishers to {name} are blocked ({publish}/s in)")
-        signals = ([f"mem_alarm={node}" for node in mem_alarms] + [f"disk_free_alarm={node}" for node in disk_alarms])[:7]
-        signals.append(f"publish_rate={publish}")
-    elif at_edge:
-        node, share = at_edge[0]
-        kind = "memory_alarm"
-        summary = (f"{node} uses {share:.0%} of its memory high watermark: the memory alarm, which blocks publishers "
-                   f"to {name} and the whole cluster, is at its edge")
-        signals = [f"mem_used/mem_limit={share:.2f} on {node}", "mem_alarm=false", f"state={state}"]
-    elif state not in _SERVING:
-        kind = "unknown"
-        summary = f"{name} is {state}: the queue is not serving, an availability problem none of the kinds names"
-        signals = [f"state={state}", f"type={qtype}"]
-    elif consumers == 0 and ready > 0:
-        kind, summary = "consumer_outage", f"{name} has no consumers and {ready} messages waiting"
-        signals = ["consumers=0", f"messages_ready={ready}", f"publish_rate={publish}"]
-    elif consumers > 0 and unacked > 0 and ack == 0:
-        kind, summary = "stuck_consumer", f"{consumers} consumers on {name} hold {unacked} unacknowledged messages and ack none"
-        signals = [f"messages_unacknowledged={unacked}", "ack_rate=0", f"consumers={consumers}"]
-    elif consumers > 0 and ready > 0 and unacked == 0 and deliver == 0 and capacity == 0:
-        kind = "consumer_outage"
-        summary = f"{consumers} consumers are attached to {name} but take no deliveries: {ready} messages wait, none in flight"
-        signals = [f"consumers={consumers}", "consumer_capacity=0", "deliver_rate=0", "messages_unacknowledged=0",
-                   f"messages_ready={ready}"]
-    elif redeliver > 0 and redeliver >= 0.3 * deliver:
-        kind, summary = "poison_message", f"{name} redelivers {redeliver}/s of {deliver}/s deliveries: messages keep failing"
-        signals = [f"redeliver_rate={redeliver}", f"deliver_rate={deliver}"]
-    elif qtype == "quorum" and type(limit) is int and redeliver > 0 and unexplained > UNEXPLAINED_RATE:
-        target = arguments.get("x-dead-letter-exchange")
-        fate = f"dead-lettered to {_short(target, 40)!r}" if isinstance(target, str) else "dropped (no dead-letter exchange)"
-        kind = "poison_message"
-        summary = (f"{name} loses {unexplained}/s (publish - ack - change in messages) while redelivering {redeliver}/s: "
-                   f"messages fail {limit} deliveries and are {fate}")
-        signals = [f"x-delivery-limit={limit}", f"unexplained_rate={unexplained}", f"redeliver_rate={redeliver}",
-                   f"publish_rate={publish}", f"ack_rate={ack}", f"messages_rate={change}"]
-    elif publish > 1.2 * deliver and ready >= 1000 and change > 0:
-        kind, summary = "consumer_lag", f"{name} receives {publish}/s but delivers {deliver}/s; {ready} ready, growing {change}/s"
-        signals = [f"publish_rate={publish}", f"deliver_rate={deliver}", f"messages_ready={ready}", f"messages_rate={change}"]
-    elif messages == 0 and publish == 0 and deliver == 0:
-        kind, summary = "false_alarm", f"{name} is empty and quiet: nothing waits, nothing arrives, nothing is lost"
-        signals = ["messages=0", "publish_rate=0", "deliver_rate=0", f"consumers={consumers}"]
-    elif (consumers > 0 and change <= 0 and ack >= publish and redeliver <= 0.05 * deliver
-          and abs(unexplained) <= UNEXPLAINED_RATE):
-        kind = "false_alarm"
-        summary = f"{name} is keeping up: acks {ack}/s for {publish}/s in, {messages} messages, changing {change}/s"
-        signals = [f"ack_rate={ack}", f"publish_rate={publish}", f"messages_rate={change}", f"unexplained_rate={unexplained}"]
-    else:
-        kind = "unknown"
-        summary = (f"no documented mechanism matches {name} ({publish}/s in, {deliver}/s out, {messages} messages, "
-                   f"changing {change}/s), and nothing shows it healthy")
-        signals = [f"state={state}", f"consumers={consumers}", f"publish_rate={publish}", f"deliver_rate={deliver}",
-                   f"messages_rate={change}", f"unexplained_rate={unexplained}"]
-    return {"kind": kind, "summary": summary, "signals": signals}
+    flow = _Flow(name, state, qtype, arguments, consumers, messages, ready, unacked, change, publish, deliver, ack, redeliver)
+    return (_alarm_verdict(seen, name, state, publish) or _not_serving_verdict(name, state, qtype, stopped)
+            or _queue_verdict(flow, capacity=capacity, flow_slack=0.0, unexplained_slack=UNEXPLAINED_RATE, streams=False))
 
 
 def _rules_3(o: _Reader) -> dict:
@@ -286,6 +213,34 @@ def _rules_3(o: _Reader) -> dict:
     - A stream keeps what its consumers read, so its counts say nothing about them: without an
       alarm it is unknown, never healthy or lagging on counts alone.
     """
+    seen, stopped = _nodes(o, skip_stopped=True)
+    name, state, qtype, arguments = _queue_identity(o)
+    publish, deliver = o.moved_rate("publish"), o.moved_rate("deliver_get")
+    ack, redeliver = o.moved_rate("ack"), o.moved_rate("redeliver")
+    verdict = _alarm_verdict(seen, name, state, publish) or _not_serving_verdict(name, state, qtype, stopped)
+    if verdict:
+        return verdict
+    # The queue is up, so contract revision 3 guarantees its counts.
+    consumers, messages = o.count("queue.consumers"), o.count("queue.messages")
+    ready, unacked = o.count("queue.messages_ready"), o.count("queue.messages_unacknowledged")
+    change = o.number("queue.messages_details.rate")
+    flow = _Flow(name, state, qtype, arguments, consumers, messages, ready, unacked, change, publish, deliver, ack, redeliver)
+    slack = UNEXPLAINED_RATE + RATE_SLACK * max(publish, ack, abs(change))
+    verdict = _queue_verdict(flow, capacity=None, flow_slack=slack, unexplained_slack=slack, streams=True)
+    if stopped and len(verdict["signals"]) < 8:
+        verdict["signals"].append(f"stopped_nodes={len(stopped)}")
+    return verdict
+
+
+# --------------------------------------------------------------------------- the rules revisions 2 and 3 share
+
+
+def _nodes(o: _Reader, *, skip_stopped: bool) -> tuple[list[tuple[str, bool, bool, float, float]], list[str]]:
+    """Each node's (name, mem_alarm, disk_free_alarm, mem_used, mem_limit), and the names of stopped nodes.
+
+    Revision 2 reads every node; revision 3 skips one the broker says is not running (it has no alarm
+    and no memory to read) and names it instead.
+    """
     nodes = o.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         raise o._missing("nodes", "is not a list of the cluster's nodes")
@@ -295,67 +250,108 @@ def _rules_3(o: _Reader) -> dict:
         if not isinstance(node, dict):
             raise o._missing(where, "is not an object")
         node_name = _short(o.text("name", node, where), 48)
-        if "running" in node and o.flag("running", node, where) is False:
+        if skip_stopped and "running" in node and o.flag("running", node, where) is False:
             stopped.append(node_name)
             continue
         seen.append((
             node_name, o.flag("mem_alarm", node, where), o.flag("disk_free_alarm", node, where),
             o.number("mem_used", node, where), o.number("mem_limit", node, where),
         ))
+    return seen, stopped
+
+
+def _queue_identity(o: _Reader) -> tuple[str, str, str, dict]:
     name, state, qtype = _short(o.text("queue.name")), o.text("queue.state"), o.text("queue.type")
     arguments = o.get("queue.arguments")
     if not isinstance(arguments, dict):
         raise o._missing("queue.arguments", "is not an object")
-    publish, deliver = o.moved_rate("publish"), o.moved_rate("deliver_get")
-    ack, redeliver = o.moved_rate("ack"), o.moved_rate("redeliver")
+    return name, state, qtype, arguments
 
+
+def _alarm_verdict(seen: list[tuple[str, bool, bool, float, float]], name: str, state: str, publish: float) -> dict | None:
+    """Rules 1 and 2: an alarm on any node (cluster-wide), or a node at the edge of its memory alarm."""
     mem_alarms = [node for node, mem, _disk, _used, _limit in seen if mem]
-    disk_alarms = [node for node, _mem, disk_alarm, _used, _limit in seen if disk_alarm]
+    disk_alarms = [node for node, _mem, disk, _used, _limit in seen if disk]
     at_edge = [(node, used / cap) for node, _m, _d, used, cap in seen if cap > 0 and used >= MEMORY_EDGE * cap]
     if mem_alarms or disk_alarms:
         which = "memory" if mem_alarms else "disk"
-        kind = "memory_alarm" if mem_alarms else "disk_alarm"
         summary = (f"{which} alarm on {', '.join((mem_alarms or disk_alarms)[:3])}: alarms are cluster-wide, "
                    f"so publishers to {name} are blocked ({publish}/s in)")
         signals = ([f"mem_alarm={node}" for node in mem_alarms] + [f"disk_free_alarm={node}" for node in disk_alarms])[:7]
         signals.append(f"publish_rate={publish}")
-        return {"kind": kind, "summary": summary, "signals": signals}
+        return {"kind": "memory_alarm" if mem_alarms else "disk_alarm", "summary": summary, "signals": signals}
     if at_edge:
         node, share = at_edge[0]
         summary = (f"{node} uses {share:.0%} of its memory high watermark: the memory alarm, which blocks publishers "
                    f"to {name} and the whole cluster, is at its edge")
         return {"kind": "memory_alarm", "summary": summary,
                 "signals": [f"mem_used/mem_limit={share:.2f} on {node}", "mem_alarm=false", f"state={state}"]}
-    if state not in _SERVING:
-        summary = f"{name} is {state}: the queue is not serving, an availability problem none of the kinds names"
-        signals = [f"state={state}", f"type={qtype}"] + [f"stopped={node}" for node in stopped[:6]]
-        return {"kind": "unknown", "summary": summary, "signals": signals}
-    # The queue is up, so contract revision 3 guarantees its counts.
-    consumers, messages = o.count("queue.consumers"), o.count("queue.messages")
-    ready, unacked = o.count("queue.messages_ready"), o.count("queue.messages_unacknowledged")
-    change = o.number("queue.messages_details.rate")
-    limit = arguments.get("x-delivery-limit")
-    unexplained = round(publish - ack - change, 1) + 0.0
-    slack = UNEXPLAINED_RATE + RATE_SLACK * max(publish, ack, abs(change))
-    if qtype == "stream":
+    return None
+
+
+def _not_serving_verdict(name: str, state: str, qtype: str, stopped: list[str]) -> dict | None:
+    """Rule 3: a queue that is not serving is an availability problem none of the kinds names."""
+    if state in _SERVING:
+        return None
+    summary = f"{name} is {state}: the queue is not serving, an availability problem none of the kinds names"
+    signals = [f"state={state}", f"type={qtype}"] + [f"stopped={node}" for node in stopped[:6]]
+    return {"kind": "unknown", "summary": summary, "signals": signals}
+
+
+@dataclass(frozen=True)
+class _Flow:
+    """What a serving queue's counts and rates say, as rules 4 to 11 read them."""
+
+    name: str
+    state: str
+    qtype: str
+    arguments: dict
+    consumers: int
+    messages: int
+    ready: int
+    unacked: int
+    change: float
+    publish: float
+    deliver: float
+    ack: float
+    redeliver: float
+
+    @property
+    def unexplained(self) -> float:
+        """Messages per second that entered the queue and were neither acknowledged nor are still in it."""
+        return round(self.publish - self.ack - self.change, 1) + 0.0
+
+
+def _queue_verdict(q: _Flow, *, capacity: float | None, flow_slack: float, unexplained_slack: float, streams: bool) -> dict:
+    """Rules 4 to 11 of revisions 2 and 3, first match wins; the keywords are where the revisions differ.
+
+    ``capacity``: revision 2 also wants consumer_capacity 0 for zombie consumers (None: not read).
+    ``flow_slack``, ``unexplained_slack``: how far health lets the rates disagree.
+    ``streams``: revision 3 never judges a stream on its counts.
+    """
+    name, consumers, ready, unacked = q.name, q.consumers, q.ready, q.unacked
+    publish, deliver, ack, redeliver, change, unexplained = q.publish, q.deliver, q.ack, q.redeliver, q.change, q.unexplained
+    limit = q.arguments.get("x-delivery-limit")
+    if streams and q.qtype == "stream":
         kind = "unknown"
         summary = f"{name} is a stream: it keeps what its consumers read, so its counts say nothing about them"
-        signals = ["type=stream", f"consumers={consumers}", f"messages={messages}", f"publish_rate={publish}"]
+        signals = ["type=stream", f"consumers={consumers}", f"messages={q.messages}", f"publish_rate={publish}"]
     elif consumers == 0 and ready > 0:
         kind, summary = "consumer_outage", f"{name} has no consumers and {ready} messages waiting"
         signals = ["consumers=0", f"messages_ready={ready}", f"publish_rate={publish}"]
     elif consumers > 0 and unacked > 0 and ack == 0:
         kind, summary = "stuck_consumer", f"{consumers} consumers on {name} hold {unacked} unacknowledged messages and ack none"
         signals = [f"messages_unacknowledged={unacked}", "ack_rate=0", f"consumers={consumers}"]
-    elif consumers > 0 and ready > 0 and unacked == 0 and deliver == 0:
+    elif consumers > 0 and ready > 0 and unacked == 0 and deliver == 0 and capacity in (None, 0):
         kind = "consumer_outage"
         summary = f"{consumers} consumers are attached to {name} but take no deliveries: {ready} messages wait, none in flight"
-        signals = [f"consumers={consumers}", "deliver_rate=0", "messages_unacknowledged=0", f"messages_ready={ready}"]
+        signals = [f"consumers={consumers}"] + ([] if capacity is None else ["consumer_capacity=0"]) + [
+            "deliver_rate=0", "messages_unacknowledged=0", f"messages_ready={ready}"]
     elif redeliver > 0 and redeliver >= 0.3 * deliver:
         kind, summary = "poison_message", f"{name} redelivers {redeliver}/s of {deliver}/s deliveries: messages keep failing"
         signals = [f"redeliver_rate={redeliver}", f"deliver_rate={deliver}"]
-    elif qtype == "quorum" and type(limit) is int and redeliver > 0 and unexplained > UNEXPLAINED_RATE:
-        target = arguments.get("x-dead-letter-exchange")
+    elif q.qtype == "quorum" and type(limit) is int and redeliver > 0 and unexplained > UNEXPLAINED_RATE:
+        target = q.arguments.get("x-dead-letter-exchange")
         fate = f"dead-lettered to {_short(target, 40)!r}" if isinstance(target, str) else "dropped (no dead-letter exchange)"
         kind = "poison_message"
         summary = (f"{name} loses {unexplained}/s (publish - ack - change in messages) while redelivering {redeliver}/s: "
@@ -365,20 +361,18 @@ def _rules_3(o: _Reader) -> dict:
     elif publish > 1.2 * deliver and ready >= 1000 and change > 0:
         kind, summary = "consumer_lag", f"{name} receives {publish}/s but delivers {deliver}/s; {ready} ready, growing {change}/s"
         signals = [f"publish_rate={publish}", f"deliver_rate={deliver}", f"messages_ready={ready}", f"messages_rate={change}"]
-    elif messages == 0 and publish == 0 and deliver == 0:
+    elif q.messages == 0 and publish == 0 and deliver == 0:
         kind, summary = "false_alarm", f"{name} is empty and quiet: nothing waits, nothing arrives, nothing is lost"
         signals = ["messages=0", "publish_rate=0", "deliver_rate=0", f"consumers={consumers}"]
-    elif (consumers > 0 and change <= slack and ack >= publish - slack and redeliver <= 0.05 * deliver
-          and abs(unexplained) <= slack):
+    elif (consumers > 0 and change <= flow_slack and ack >= publish - flow_slack and redeliver <= 0.05 * deliver
+          and abs(unexplained) <= unexplained_slack):
         kind = "false_alarm"
-        summary = f"{name} is keeping up: acks {ack}/s for {publish}/s in, {messages} messages, changing {change}/s"
+        summary = f"{name} is keeping up: acks {ack}/s for {publish}/s in, {q.messages} messages, changing {change}/s"
         signals = [f"ack_rate={ack}", f"publish_rate={publish}", f"messages_rate={change}", f"unexplained_rate={unexplained}"]
     else:
         kind = "unknown"
-        summary = (f"no documented mechanism matches {name} ({publish}/s in, {deliver}/s out, {messages} messages, "
+        summary = (f"no documented mechanism matches {name} ({publish}/s in, {deliver}/s out, {q.messages} messages, "
                    f"changing {change}/s), and nothing shows it healthy")
-        signals = [f"state={state}", f"consumers={consumers}", f"publish_rate={publish}", f"deliver_rate={deliver}",
+        signals = [f"state={q.state}", f"consumers={consumers}", f"publish_rate={publish}", f"deliver_rate={deliver}",
                    f"messages_rate={change}", f"unexplained_rate={unexplained}"]
-    if stopped and len(signals) < 8:
-        signals.append(f"stopped_nodes={len(stopped)}")
     return {"kind": kind, "summary": summary, "signals": signals}
