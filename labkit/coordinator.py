@@ -40,7 +40,7 @@ from .crashpoints import NO_CRASH, CrashPlan, CrashPoint
 from .database import require_write_transaction, transaction
 from .errors import InconsistentRun, StepOrderError, UnknownIncident, UnknownRun, UnsupportedVersion, WorkflowVersionMismatch
 from .evidence import bound_evidence, store_bounded_txn
-from .provider import ReadAdapter, Reading, read_with_diagnostic
+from .provider import ReadAdapter, Reading, knows, read_with_diagnostic
 from .receipts import Receipt, find_receipt_txn, issue_receipt_txn
 from .report import build_report
 from .steps import Step
@@ -246,9 +246,8 @@ class Coordinator:
         run = find_run_txn(self.conn, incident)
         if run is not None:
             return self.check_version(run)
-        known = self.provider.incidents()
-        if incident not in known:
-            raise UnknownIncident(incident, len(known))
+        if not knows(self.provider, incident):  # one file asked of, not the folder listed
+            raise UnknownIncident(incident, len(self.provider.incidents()))
         with transaction(self.conn):  # another worker may create it first; this returns theirs
             return self.check_version(create_run_txn(self.conn, incident, self.workflow_version, self.clock))
 

@@ -63,6 +63,9 @@ class ReadAdapter(Protocol):
     them with the evidence, apart from the workflow version; they come from the adapter, never
     from its answer. An adapter without it is recorded under its class name.
 
+    An adapter may also offer ``knows(incident) -> bool``, the same answer as ``incident in
+    incidents()`` without listing them all: starting a run asks it (a listing grows with the data).
+
     An adapter may also offer ``read_with_diagnostic(incident)``, returning a :class:`Reading`:
     the response and the raw diagnostic it was made from, which labkit keeps apart from the
     evidence (:func:`read_with_diagnostic`).
@@ -86,6 +89,14 @@ class Reading:
 
     response: bytes
     diagnostic: bytes
+
+
+def knows(provider: ReadAdapter, incident: str) -> bool:
+    """Whether ``provider`` knows ``incident``: its ``knows`` when it has one, else ``incident in provider.incidents()``."""
+    asker = getattr(provider, "knows", None)
+    if callable(asker):
+        return bool(asker(incident))
+    return incident in provider.incidents()
 
 
 def read_with_diagnostic(provider: ReadAdapter, incident: str) -> Reading:
@@ -315,6 +326,10 @@ class ReferenceProvider:
     def incidents(self) -> list[str]:
         return list_incidents(self.data)
 
+    def knows(self, incident: str) -> bool:
+        """Whether ``incident`` is one of :meth:`incidents`, asked of its one file (:func:`is_listed`), not a listing."""
+        return is_listed(self.data, incident)
+
     def read(self, incident: str) -> bytes:
         return self.read_with_diagnostic(incident).response
 
@@ -334,7 +349,8 @@ class ReferenceProvider:
             self.log.append(incident, "unavailable", 0)
             raise ProviderUnavailable(incident, error.strerror or str(error)) from None
         response = answer(raw, self.rules_revision)
-        time.sleep(self.delay)  # a slow service: the answer is on its way, not yet returned
+        if self.delay > 0:  # a slow service: the answer is on its way, not yet returned
+            time.sleep(self.delay)  # (sleep(0) still yields the processor: about a millisecond a read under load)
         self.log.append(incident, "ok", len(response))
         return Reading(response, raw)
 

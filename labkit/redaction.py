@@ -92,6 +92,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import pairwise
 from typing import Any
 
@@ -105,6 +106,8 @@ MAX_RECORDED_FIELDS = 64
 OTHER_FIELDS = "(other fields)"
 #: A recorded field path is cut to this many characters.
 MAX_FIELD_CHARS = 200
+#: Strings (and names) up to this many characters have their redaction remembered (:func:`redact_text`).
+MEMO_MAX_CHARS = 256
 
 
 def marker(kind: str) -> str:
@@ -178,6 +181,17 @@ def is_secret_name(name: str) -> bool:
     ``password``, ``dbPassword2``, ``api_key_value``, ``X-Amz-Signature``, ``Set-Cookie``: yes.
     ``routing_key``, ``token_ttl``, ``consumer_tag``, ``auth_mechanism``: no.
     """
+    if len(name) <= MEMO_MAX_CHARS:
+        return _secret_name(name)
+    return _secret_words(name)
+
+
+@lru_cache(maxsize=8192)  # the same key names come back in every diagnostic; a long one is not kept
+def _secret_name(name: str) -> bool:
+    return _secret_words(name)
+
+
+def _secret_words(name: str) -> bool:
     # A marker is not part of a name: ``amqp://[redacted:uri-credentials]@h`` names no credential.
     words = [w.lower() for w in _WORD.findall(_MARKER.sub(" ", name))]
     last = -1
@@ -491,9 +505,30 @@ def redact_text(text: str, field: str = "") -> tuple[str, Counter[str]]:
 
     ``field`` is the path of the field the text sits in; it decides only whether a dotted
     quad is a version number (see the module's decisions).
+
+    A diagnostic repeats its short strings (key names, states, node names) in every read, and
+    the summary repeats the diagnostic's: the answer for a short string is remembered, keyed by
+    the text and the one thing ``field`` decides, so it is the same answer, computed once. Long
+    strings (log lines, free text) are rarely repeated and are not kept.
     """
+    if not text:
+        return text, Counter()
+    version = _is_version_field(field)
+    if len(text) <= MEMO_MAX_CHARS:
+        redacted, found = _redact_short(text, version)
+        return redacted, Counter(dict(found))
+    return _redact_text(text, version)
+
+
+@lru_cache(maxsize=8192)
+def _redact_short(text: str, version: bool) -> tuple[str, tuple[tuple[str, int], ...]]:
+    redacted, counts = _redact_text(text, version)
+    return redacted, tuple(counts.items())  # immutable: a cached answer must not be changed by a caller
+
+
+def _redact_text(text: str, version: bool) -> tuple[str, Counter[str]]:
     counts: Counter[str] = Counter()
-    if not text or not _TRIGGER.search(text):
+    if not _TRIGGER.search(text):
         return text, counts
 
     def sub(pattern: re.Pattern, replace: Callable[[re.Match], str | None], source: str) -> str:
@@ -573,7 +608,7 @@ def redact_text(text: str, field: str = "") -> tuple[str, Counter[str]]:
     text = sub(_TOKEN_RUN, random_token, text)
     text = sub(_EMAIL, email, text)
     text = sub(_IPV6_CANDIDATE, ipv6, text)
-    if not _is_version_field(field):
+    if not version:
         text = sub(_IPV4, ipv4, text)
     return text, counts
 

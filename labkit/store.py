@@ -213,14 +213,18 @@ def create_run_txn(conn: sqlite3.Connection, incident: str, workflow_version: in
     the stored row's workflow version is acceptable is the coordinator's question.
     """
     require_write_transaction(conn, "create_run_txn")
-    existing = find_run_txn(conn, incident)
-    if existing is not None:
-        return existing
     at = clock.now()
-    conn.execute(
-        "INSERT INTO runs (incident, workflow_version, step, version, created_at, updated_at) VALUES (?, ?, ?, 0, ?, ?)",
+    # One statement both asks and writes: a run that exists already is left as it is (and read
+    # below), so a new run costs one statement under the lock instead of a read and then a write.
+    inserted = conn.execute(
+        "INSERT INTO runs (incident, workflow_version, step, version, created_at, updated_at) VALUES (?, ?, ?, 0, ?, ?)"
+        " ON CONFLICT (incident) DO NOTHING",
         (incident, workflow_version, Step.NOT_INSPECTED.value, at, at),
-    )
+    ).rowcount
+    if inserted != 1:
+        existing = find_run_txn(conn, incident)
+        assert existing is not None  # the conflict was with this very row, under the write lock
+        return existing
     conn.execute(
         "INSERT INTO transitions (incident, from_step, to_step, state_version, at) VALUES (?, NULL, ?, 0, ?)",
         (incident, Step.NOT_INSPECTED.value, at),

@@ -25,6 +25,10 @@ down part way slows every system alike:
   redaction and bounding of the answer and its raw diagnostic (labkit.retention). Each is
   measured on its own, so the ratio of what is left, labkit's state machine and store, to
   the floor is honest.
+- **each speed-up, as it was**: beside the line it changed, the same work done the earlier way in
+  the same rounds (:data:`STEPS`): the contract's schema walked by jsonschema on every read (now a
+  compiled validator accepts, and jsonschema explains only a refusal), redaction with nothing
+  remembered from an earlier string, and the provider's ``sleep(0)`` once a read.
 - with ``--peers``: **DBOS Transact** on a SQLite system database (a workflow with a read
   step and a complete step) and **LangGraph** (a graph of the same two nodes, its SQLite
   checkpointer, ``durability="sync"``). Their read step returns the provider's answer and
@@ -71,7 +75,8 @@ from pathlib import Path
 from typing import IO, Any, TypedDict
 
 if __package__:  # imported as labkit.lab.bench; run as a script in the peers' venv, only the peer side is used
-    from ..contract import check_evidence
+    from .. import redaction as _redaction
+    from ..contract import _validator, check_evidence
     from ..coordinator import Coordinator
     from ..errors import BadInput, BadSetting, RunFailure
     from ..evidence import bound_evidence
@@ -608,6 +613,42 @@ def redaction_round(plans: list[IncidentPlan]) -> float:
     return time.perf_counter() - started
 
 
+def contract_full_round(plans: list[IncidentPlan]) -> float:
+    """The step before the compiled validator: jsonschema's full walk over each accepted answer (what every read paid).
+
+    Strict JSON is parsed before the clock starts, so this is the schema walk alone, set beside
+    the contract's line (which now walks only a refused answer this way).
+    """
+    bodies = [check_evidence(plan.response, plan.incident) for plan in plans]
+    validator = _validator()
+    started = time.perf_counter()
+    for body in bodies:
+        for _error in validator.iter_errors(body):
+            pass
+    return time.perf_counter() - started
+
+
+def redaction_fresh_round(plans: list[IncidentPlan]) -> float:
+    """The step before remembered redaction: the same bounding with nothing remembered from an earlier string."""
+    bodies = [check_evidence(plan.response, plan.incident) for plan in plans]
+    elapsed = 0.0
+    for plan, body in zip(plans, bodies, strict=True):
+        _redaction._redact_short.cache_clear()
+        _redaction._secret_name.cache_clear()
+        started = time.perf_counter()
+        bound_evidence(plan.incident, body, plan.diagnostic)
+        elapsed += time.perf_counter() - started
+    return elapsed
+
+
+def sleep_zero_round(plans: list[IncidentPlan]) -> float:
+    """The step before the provider skipped it: ``time.sleep(0)`` once a read, which yields the processor."""
+    started = time.perf_counter()
+    for _plan in plans:
+        time.sleep(0)
+    return time.perf_counter() - started
+
+
 # --------------------------------------------------------------------------- driving the peers' process
 
 
@@ -791,7 +832,7 @@ def _measure_rounds(folder: Path, plans: list[IncidentPlan], rounds: int, proces
     """
     running = [name for name, status in peer_status.items() if "error" not in status]
     samples: dict[str, list[Sample]] = {name: [] for name in (*FLOORS, "labkit", *running)}
-    parts: dict[str, list[float]] = {"provider": [], "provider_call_log": [], "evidence_contract": [], "redaction": []}
+    parts: dict[str, list[float]] = {name: [] for name in (*PARTS, *STEPS)}
     for number in range(rounds + 1):
         floor = floor_round(folder / f"floor-{number}.db", plans)
         floor_log = floor_call_log_round(folder / f"floor-log-{number}.db", plans)
@@ -800,6 +841,8 @@ def _measure_rounds(folder: Path, plans: list[IncidentPlan], rounds: int, proces
         call_log = call_log_round(folder / f"calls-{number}.jsonl", plans)
         contract = contract_round(plans)
         redaction = redaction_round(plans)
+        before = {"evidence_contract_full": contract_full_round(plans), "redaction_fresh": redaction_fresh_round(plans),
+                  "provider_sleep_zero": sleep_zero_round(plans)}
         if number > 0:
             samples["floor"].append(floor)
             samples["floor_call_log"].append(floor_log)
@@ -809,6 +852,8 @@ def _measure_rounds(folder: Path, plans: list[IncidentPlan], rounds: int, proces
             parts["provider_call_log"].append(call_log)
             parts["evidence_contract"].append(contract)
             parts["redaction"].append(redaction)
+            for name, seconds in before.items():
+                parts[name].append(seconds)
         for name in list(running):
             assert process is not None
             answer = process.round(name, number)
@@ -854,7 +899,8 @@ def _summary(samples: dict[str, list[Sample]], parts: dict[str, list[float]], pl
         "rounds": rounds,
         "scratch_filesystem": filesystem,
         "systems": systems,
-        "labkit_parts": {**{name: _part(seconds, floor, n) for name, seconds in parts.items()}, "state": _part(state, floor, n)},
+        "labkit_parts": {**{name: _part(parts[name], floor, n) for name in PARTS}, "state": _part(state, floor, n)},
+        "labkit_steps": {name: _part(parts[name], floor, n) for name in STEPS},
     }
 
 
@@ -874,11 +920,22 @@ def add_call_log_ratios(systems: dict[str, dict]) -> None:
 # --------------------------------------------------------------------------- the table
 
 
+#: The parts of labkit's time measured alone each round (the state machine and store are what is left).
+PARTS = ("provider", "provider_call_log", "evidence_contract", "redaction")
+#: Each speed-up of issue 23, measured as it was before, in the same rounds: the table sets it
+#: beside the line it changed, so the step's effect is read from one run.
+STEPS = ("evidence_contract_full", "redaction_fresh", "provider_sleep_zero")
+_STEP_LABELS = {
+    "evidence_contract": ("evidence_contract_full", "    was: jsonschema's walk on every read"),
+    "redaction": ("redaction_fresh", "    was: nothing remembered"),
+    "provider_call_log": ("provider_sleep_zero", "    no longer in it: sleep(0) a read"),
+}
+
 _PART_LABELS = {
     "provider": "  provider: data file, rules, own log",
     "provider_call_log": "    of which its fsync'd call log",
-    "evidence_contract": "  evidence contract (JSON Schema)",
-    "redaction": "  redaction and bounding (retention)",
+    "evidence_contract": "  evidence contract (compiled schema)",
+    "redaction": "  redaction and bounding (remembered)",
     "state": "  the rest: state machine and store",
 }
 
@@ -923,9 +980,14 @@ def format_table(result: dict) -> str:
 
     for name, label in SYSTEM_LABELS.items():
         lines.append(row(label, systems[name]))
+    steps = result.get("labkit_steps", {})
     for name, label in _PART_LABELS.items():
         part = result["labkit_parts"][name]
         lines.append(f"{label:<{width}} {part['ms_per_incident']:>8.3f} {part['ratio_to_floor']:>6.2f}x")
+        if name in _STEP_LABELS and _STEP_LABELS[name][0] in steps:
+            step, step_label = _STEP_LABELS[name]
+            was = steps[step]
+            lines.append(f"{step_label:<{width}} {was['ms_per_incident']:>8.3f} {was['ratio_to_floor']:>6.2f}x")
     for name in PEERS:
         if name in systems:
             entry = systems[name]

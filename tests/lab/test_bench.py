@@ -64,6 +64,10 @@ def test_bench_json_has_the_contract_shape(cli):
     assert result["systems"]["floor"]["ratio_to_floor"] == 1.0
     assert result["systems"]["labkit"]["ratio_to_floor"] > 0
     assert set(result["labkit_parts"]) == PARTS
+    assert set(result["labkit_steps"]) == {"evidence_contract_full", "redaction_fresh", "provider_sleep_zero"}
+    # each step as it was, timed in the same rounds (a sleep(0) on an idle machine may round to 0.000 ms)
+    assert result["labkit_steps"]["evidence_contract_full"]["ms_per_incident"] > 0
+    assert result["labkit_steps"]["redaction_fresh"]["ms_per_incident"] > 0
     assert all(part["ms_per_incident"] > 0 for name, part in result["labkit_parts"].items() if name != "state")
 
 
@@ -72,7 +76,8 @@ def test_the_table_names_every_system_and_the_core_count(cli):
     assert done.returncode == 0, done.stderr
     assert f"{os.cpu_count()} cores" in done.stdout and "2 incidents a round" in done.stdout
     labels = ("floor: bare sqlite3", "floor + call log", "labkit's SQL replayed", "labkit: coordinator", "provider:",
-              "fsync'd call log", "evidence contract", "redaction", "state machine")
+              "fsync'd call log", "evidence contract", "redaction", "state machine", "was: jsonschema's walk on every read",
+              "was: nothing remembered", "no longer in it: sleep(0) a read")
     for label in labels:
         assert label in done.stdout, label
     assert "dbos, langgraph: not run (add --peers" in done.stdout
