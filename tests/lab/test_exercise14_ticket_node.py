@@ -11,10 +11,15 @@ a memorised key, a key per attempt, a catch-all, a send with no key, no send at 
 from __future__ import annotations
 
 import functools
+import http.client
+import json
 import os
 import random
 import re
+import sys
+import urllib.parse
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -64,7 +69,9 @@ def test_each_check_draws_its_own_incidents_and_thread_ids():
     for trial in (first, second):
         assert trial.broken == ()
         assert [len(t.tickets) for t in trial.threads] == [1, 1]
-        assert [len(t.calls) for t in trial.threads] == [2, 2]  # killed after the send, then resumed
+        for t in trial.threads:  # killed the moment the service answered, then resumed: the same key, a replay
+            assert t.calls == ("started", "started", f"returned {t.tickets[0][0]!r}")
+            assert [outcome for _, outcome, _ in t.posts] == ["created", "replayed"]
 
 
 # --------------------------------------------------------------------------- the non-idempotent answer
@@ -191,3 +198,36 @@ def test_labkits_own_key_or_node_is_refused_under_any_name(answer, said):
 
 def test_an_answer_that_is_not_a_function_is_refused():
     _fails("open_ticket:thread", "the answer should be a function (def my_open_ticket(thread_id, tickets, request): ...)")
+
+
+# --------------------------------------------------------------------------- a note kept after the send
+
+NOTES = Path("unset")  # each test points it at its own folder
+
+
+def notes_its_ticket_after_the_send(thread_id, tickets, request):
+    note = NOTES / f"{thread_id}.ticket"
+    if note.exists():  # a resumed node would find the note... if the worker lived to write it
+        return note.read_text()
+    answer = post_ticket(tickets, str(uuid.uuid4()), request, TICKET_TIMEOUT)
+    if answer.ticket is None:
+        raise RuntimeError(answer.outcome)
+    note.write_text(answer.ticket)
+    return answer.ticket
+
+
+def test_a_note_written_after_the_send_is_never_written_the_worker_dies_first(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "NOTES", tmp_path)
+    _fails(notes_its_ticket_after_the_send, "2 tickets at the service for one thread", "under 2 different keys")
+
+
+def sends_by_hand(thread_id, tickets, request):
+    address = urllib.parse.urlsplit(tickets)
+    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=TICKET_TIMEOUT)
+    connection.request("POST", "/tickets", json.dumps(request),
+                       {"Content-Type": "application/json", "Idempotency-Key": f'"{thread_id}"'})
+    return json.loads(connection.getresponse().read())["ticket"]
+
+
+def test_a_send_that_bypasses_post_ticket_is_asked_to_use_it():
+    _fails(sends_by_hand, "did not send it with post_ticket")

@@ -346,11 +346,16 @@ class TicketThread:
 
     thread: str
     incident: str
-    calls: tuple[str, ...]          # each call: "returned 'T-0002'" or "raised RuntimeError: ..."
+    calls: tuple[str, ...]          # "started", then "returned 'T-0002'" or "raised RuntimeError: ..." (none: killed)
     tickets: tuple[tuple[str, str], ...]  # (ticket, key) the service holds for the incident
     effect: tuple[str, str | None] | None  # (state, ticket) of the incident's effect row, None: no row
     receipts: int
     posts: tuple[tuple[str, str, str], ...] = ()  # each post_ticket the function made: (key sent, outcome, status)
+
+    @property
+    def runs(self) -> int:
+        """How many times the node called the function for this thread (a kill ends a call without a word)."""
+        return self.calls.count("started")
 
     @property
     def returned(self) -> list[str]:
@@ -372,12 +377,15 @@ class TicketTrial:
 
 
 @contextlib.contextmanager
-def _posts_recorded(function: Callable, log: Path, thread: str) -> Iterator[None]:
-    """While ``function`` runs (in a forked child), note each ``post_ticket`` it makes: the key it sent, the answer.
+def _posts_recorded(function: Callable, log: Path, thread: str, crash: CrashPlan) -> Iterator[None]:
+    """While ``function`` runs (in a forked child), note each ``post_ticket`` it makes, and die right after one.
 
     labkit's client is replaced where the learner reaches it (its module, the function's globals)
-    by one that does the same and writes a line to ``log``, for feedback that names the key. An
-    answer that talks HTTP by other means is judged all the same, by the service's table.
+    by one that does the same, writes the key it sent and the answer to ``log`` (for feedback
+    that names the key), and reaches ``after_send`` the moment the service has made or replayed
+    the ticket: armed, that is the SIGKILL, before the function's next line. So a function that
+    notes its ticket somewhere after the send (a file, a dict) never gets to: only the key can
+    make the resumed node's send the same request.
     """
     from ... import ticket_client
 
@@ -386,6 +394,8 @@ def _posts_recorded(function: Callable, log: Path, thread: str) -> Iterator[None
     def recorded(url: str, key: str | None, body: Any, timeout: float, **options: Any) -> Any:
         answer = original(url, key, body, timeout, **options)
         _said(log, f"{thread}\t{key!r}\t{answer.outcome}\t{answer.status}")
+        if answer.outcome in ("created", "replayed"):
+            crash.reached(CrashPoint.AFTER_SEND)
         return answer
 
     namespace = getattr(function, "__globals__", {})
@@ -431,10 +441,13 @@ def _ticket_graph(folder: Path, open_ticket: Callable, threads: dict[str, str], 
                 raise GraphFailed(incident, "no receipt to open a ticket for")
             request = ticket_request(receipt.report)
             thread = threads[incident]
+            handed: list[str] = []
+            _said(said, f"{thread} started")
             try:
                 # The recorder outside the watch: the watch would count the check's own generator, entered from contextlib.
-                with _posts_recorded(open_ticket, folder / "posts.txt", thread), watching_labkit(*TICKET_NODE_OWN) as handed:
-                    value = open_ticket(thread, tickets, dict(request))
+                with _posts_recorded(open_ticket, folder / "posts.txt", thread, self.crash):
+                    with watching_labkit(*TICKET_NODE_OWN) as handed:  # labkit's own, reached under any name
+                        value = open_ticket(thread, tickets, dict(request))
             except BaseException as error:
                 _said(said, f"{thread} raised {type(error).__name__}: {error}".splitlines()[0][:300])
                 raise
@@ -442,7 +455,8 @@ def _ticket_graph(folder: Path, open_ticket: Callable, threads: dict[str, str], 
                 for label in handed:
                     _said(folder / "handed.txt", label)
             _said(said, f"{thread} returned {value!r}"[:300])
-            self.crash.reached(CrashPoint.AFTER_SEND)  # sent, answered; the node has not returned
+            # A function that sent by other means than post_ticket (or not at all) dies here: the node has not returned.
+            self.crash.reached(CrashPoint.AFTER_SEND)
             if not isinstance(value, str):
                 raise GraphFailed(incident, f"open_ticket returned {value!r}, not a ticket id")
             keys = {str(t["ticket"]): str(t.get("key")) for t in all_tickets(tickets)}
@@ -474,6 +488,7 @@ def ticket_node_trial(open_ticket: Callable, *, rng: random.Random, faults: Faul
     from ..ticket_service import ticket_service
 
     LangGraphEngine().warm()
+    _ticketed_incidents()
     folder = new_trial("14-ticket-node").folder
     provider = ReferenceProvider(call_log_for(folder / "lab.db"))
     incidents = rng.sample(_TICKETED, how_many)
@@ -562,7 +577,7 @@ def _ticket_shortfall(trial: TicketTrial, story: str) -> None:
     """The first thing wrong with one trial's threads, as one line that names it and hints, never answers."""
     for t in trial.threads:
         where = f"{story}, thread {t.thread} ({t.incident})"
-        ran = f"your function ran {len(t.calls)} time{'s' if len(t.calls) != 1 else ''}"
+        ran = f"your function ran {t.runs} time{'s' if t.runs != 1 else ''}"
         sent = [key for key, _, _ in t.posts]
         if len(t.tickets) > 1:
             keys = sorted({key for _, key in t.tickets})
@@ -590,6 +605,9 @@ def _ticket_shortfall(trial: TicketTrial, story: str) -> None:
                 "the ticket id the service answers"
             )
         [(ticket, _)] = t.tickets
+        if not t.posts:
+            raise AssertionError(f"{where}: the service holds {ticket}, but your function did not send it with post_ticket. "
+                                 "Send with labkit.ticket_client.post_ticket: the check kills the worker the moment it answers")
         wrong = [value for value in t.returned if value != repr(ticket)]
         if wrong:
             raise AssertionError(f"{where}: your function returned {wrong[0]}, but the service's ticket for this thread is "
@@ -617,7 +635,6 @@ def check_ticket_node(open_ticket: Callable) -> None:
     clear_trials()
     answer_is_a_function(open_ticket, "def my_open_ticket(thread_id, tickets, request): ...")
     own_work(open_ticket, *TICKET_NODE_OWN)
-    _ticketed_incidents()
     rng = random.Random()
     bar = Progress(2)
     try:
@@ -638,7 +655,7 @@ def check_ticket_node(open_ticket: Callable) -> None:
         bar.step()
     finally:
         bar.finish()
-    ran = " and ".join(sorted({str(len(t.calls)) for t in killed.threads}))
+    ran = " and ".join(sorted({str(t.runs) for t in killed.threads}))
     print(f"✓ two threads, each killed right after your send and resumed by thread id (your function ran {ran} times "
           "for each): one ticket each at the service, the one its effect row names, and one receipt")
     print(f"✓ the service failed the first request: your function raised {first.raised[0].split(':')[0]}, the resume sent "
