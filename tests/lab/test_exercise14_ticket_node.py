@@ -231,3 +231,38 @@ def sends_by_hand(thread_id, tickets, request):
 
 def test_a_send_that_bypasses_post_ticket_is_asked_to_use_it():
     _fails(sends_by_hand, "did not send it with post_ticket")
+
+
+# --------------------------------------------------------------------------- the same in a fork, not in a new process
+
+
+def random_per_attempt(thread_id, tickets, request):
+    key = f"{thread_id}-{random.getrandbits(64):x}"  # a fork inherits the kernel's random state: the check reseeds
+    answer = post_ticket(tickets, key, request, TICKET_TIMEOUT)
+    if answer.ticket is None:
+        raise RuntimeError(answer.outcome)
+    return answer.ticket
+
+
+def test_a_random_key_fails_although_every_fork_starts_from_the_kernels_random_state():
+    _fails(random_per_attempt, "2 tickets at the service for one thread")
+
+
+def keyed_by_hash(thread_id, tickets, request):
+    answer = post_ticket(tickets, f"k{hash(thread_id)}", request, TICKET_TIMEOUT)
+    if answer.ticket is None:
+        raise RuntimeError(answer.outcome)
+    return answer.ticket
+
+
+def keyed_by_id(thread_id, tickets, request):
+    answer = post_ticket(tickets, f"{thread_id}-{id(request)}", request, TICKET_TIMEOUT)
+    if answer.ticket is None:
+        raise RuntimeError(answer.outcome)
+    return answer.ticket
+
+
+@pytest.mark.parametrize(("answer", "said"), [(keyed_by_hash, "calls hash(): Python salts the hash of a str afresh"),
+                                              (keyed_by_id, "calls id(): an object's id is its address")])
+def test_a_key_the_same_only_in_a_fork_is_refused(answer, said):
+    _fails(answer, said, "a worker started again after a kill would build another key")

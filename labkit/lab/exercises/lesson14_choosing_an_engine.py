@@ -4,9 +4,12 @@ and a LangGraph ticket node that a kill right after the send leaves with one tic
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import inspect
 import random
 import sqlite3
+import textwrap
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
@@ -499,6 +502,7 @@ def ticket_node_trial(open_ticket: Callable, *, rng: random.Random, faults: Faul
 
     def run(incident: str, url: str) -> Callable[[], None]:
         def work() -> None:
+            random.seed()  # a fork starts with the kernel's random state; a new worker process would not
             graph = _ticket_graph(folder, open_ticket, threads, crash=crash)
             try:
                 graph.run(incident, url)
@@ -507,6 +511,7 @@ def ticket_node_trial(open_ticket: Callable, *, rng: random.Random, faults: Faul
         return work
 
     def resume() -> int:
+        random.seed()  # as in work(): a "random" key must differ between the killed worker and this one
         graph = _ticket_graph(folder, open_ticket, threads)
         try:
             unfinished = [thread for thread, nodes in graph.threads().items() if nodes]
@@ -575,6 +580,34 @@ def _ticketed_incidents() -> None:
         _TICKETED.append(incident)
 
 
+#: Built-ins whose value a forked child shares with the kernel but a new worker process does not.
+_PER_PROCESS = {
+    "hash": "Python salts the hash of a str afresh in each process (PYTHONHASHSEED)",
+    "id": "an object's id is its address in one process's memory",
+}
+
+
+def _same_only_in_a_fork(function: Callable) -> None:
+    """Refuse a key built with ``hash()`` or ``id()``: the same in the check's forked workers, not in a restarted one.
+
+    The check's workers are forks of the kernel, so they share its hash salt and often its memory
+    layout; a worker started again in production is a new process, with new ones. No kill in a
+    fork can show that, so the call is refused by reading the function's code (its own, not a
+    helper's; comments and strings do not count).
+    """
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    except (OSError, TypeError, SyntaxError):
+        return  # no source to read (own_work has already refused what it must)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _PER_PROCESS:
+            raise AssertionError(
+                f"your function calls {node.func.id}(): {_PER_PROCESS[node.func.id]}, so a worker started again after a "
+                "kill would build another key. The check's workers are forks and cannot show it: use only what is the same "
+                "in every process"
+            )
+
+
 def _ticket_shortfall(trial: TicketTrial, story: str) -> None:
     """The first thing wrong with one trial's threads, as one line that names it and hints, never answers."""
     for t in trial.threads:
@@ -637,6 +670,7 @@ def check_ticket_node(open_ticket: Callable) -> None:
     clear_trials()
     answer_is_a_function(open_ticket, "def my_open_ticket(thread_id, tickets, request): ...")
     own_work(open_ticket, *TICKET_NODE_OWN)
+    _same_only_in_a_fork(open_ticket)
     rng = random.Random()
     bar = Progress(2)
     try:
