@@ -17,16 +17,25 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ... import ticket_client
 from ...children import in_child
+from ...contract import check_evidence
 from ...coordinator import Coordinator
 from ...crashpoints import NO_CRASH, CrashPlan, CrashPoint
+from ...database import read_transaction, transaction
+from ...effects import Tickets, find_effect_txn, mark_done_txn, record_intent_txn, ticket_request
 from ...engines.dbos import DbosEngine, IncidentApp, workflows_of, write_evidence_once
+from ...engines.langgraph import GraphFailed, IncidentGraph, IncidentState, LangGraphEngine
+from ...errors import LabError
+from ...invariants import check_invariants
 from ...provider import ReferenceProvider, call_log_for, read_with_diagnostic
+from ...receipts import find_receipt_txn
 from ...steps import Step
 from ...store import connect, connect_readonly
+from ...ticket_client import all_tickets
 from ..explorer import _warm
 from ..progress import Progress
-from ..ticket_service import FAIL, Faults
+from ..ticket_service import FAIL, Faults, ticket_service
 from .runner import answer_is_a_function, clear_trials, new_trial, one_line, own_work, refuse_if_called, watching_labkit
 
 #: The incident and the kill of Exercise 14.1 (14_choosing_an_engine, section 4): inside the
@@ -391,8 +400,6 @@ def _posts_recorded(function: Callable, log: Path, thread: str, crash: CrashPlan
     notes its ticket somewhere after the send (a file, a dict) never gets to: only the key can
     make the resumed node's send the same request.
     """
-    from ... import ticket_client
-
     original = ticket_client.post_ticket
 
     def recorded(url: str, key: str | None, body: Any, timeout: float, **options: Any) -> Any:
@@ -424,12 +431,6 @@ def _ticket_graph(folder: Path, open_ticket: Callable, threads: dict[str, str], 
     the node has not returned, so the checkpointer has nothing of it), then records the effect
     row under the key the service holds the returned ticket under.
     """
-    from ...database import read_transaction, transaction
-    from ...effects import find_effect_txn, mark_done_txn, record_intent_txn, ticket_request
-    from ...engines.langgraph import GraphFailed, IncidentGraph, IncidentState
-    from ...receipts import find_receipt_txn
-    from ...ticket_client import all_tickets
-
     said = folder / "calls.txt"
 
     class TicketExerciseGraph(IncidentGraph):
@@ -485,12 +486,6 @@ def ticket_node_trial(open_ticket: Callable, *, rng: random.Random, faults: Faul
     check's second trial fails the first POST). Then labkit's invariants judge the rows and
     the service's table, invariant 7 with one more resume.
     """
-    from ...effects import Tickets
-    from ...engines.langgraph import LangGraphEngine
-    from ...invariants import check_invariants
-    from ...ticket_client import all_tickets
-    from ..ticket_service import ticket_service
-
     LangGraphEngine().warm()
     _ticketed_incidents()
     folder = new_trial("14-ticket-node").folder
@@ -567,9 +562,6 @@ def _ticketed_incidents() -> None:
     """Fill :data:`_TICKETED` once a kernel: every incident the provider knows whose reading passes the contract."""
     if _TICKETED:
         return
-    from ...contract import check_evidence
-    from ...errors import LabError
-
     folder = new_trial("14-incidents").folder
     provider = ReferenceProvider(call_log_for(folder / "lab.db"))
     for incident in sorted(provider.incidents()):
