@@ -35,10 +35,14 @@ from .. import contract
 from ..children import end_of, fork, in_child
 from ..crashpoints import NO_CRASH, CrashPlan, check_reached
 from ..database import open_database
-from ..engines.temporal import _sandbox, scope_of
+from ..engines import ENGINES
+from ..engines import engine as engine_named
+from ..engines.temporal import _sandbox, late_result_workflow, scope_of
 from ..errors import BadInput, LabError
 from ..evaluation import Evaluation, evaluate
+from ..provider import ReferenceProvider
 from .temporal_server import TemporalServer, serving
+from .ticket_service import ticket_service
 
 # --------------------------------------------------------------------------- Temporal: a late result
 
@@ -136,9 +140,10 @@ async def _late_result_child(folder: Path, tokens: Path, address: str, in_time: 
     from temporalio.service import RPCError
     from temporalio.worker import Worker
 
-    from ..engines.temporal_workflow import LATE_RESULT_ACTIVITY, LateResultWorkflow
 
-    @activity.defn(name=LATE_RESULT_ACTIVITY)
+    workflow_class, activity_name = late_result_workflow()
+
+    @activity.defn(name=activity_name)
     async def answer_later() -> str:
         info = activity.info()
         (tokens / f"attempt-{info.attempt}.token").write_bytes(info.task_token)
@@ -162,9 +167,9 @@ async def _late_result_child(folder: Path, tokens: Path, address: str, in_time: 
 
     client = await Client.connect(address)
     queue = f"late-result-{scope_of(folder)}"
-    async with Worker(client, task_queue=queue, workflows=[LateResultWorkflow], activities=[answer_later],
+    async with Worker(client, task_queue=queue, workflows=[workflow_class], activities=[answer_later],
                       max_cached_workflows=0, workflow_runner=_sandbox()):
-        handle = await client.start_workflow(LateResultWorkflow.run, LATE_TIMEOUT_SECONDS,
+        handle = await client.start_workflow(workflow_class.run, LATE_TIMEOUT_SECONDS,
                                              id=f"late-result-{uuid.uuid4().hex[:12]}", task_queue=queue)
         first = await token_of(1)
         fresh_attempt = 1
@@ -421,10 +426,6 @@ def scorecards(engine_name: str, folder: str | Path, tickets: str | Path | None 
     The temporal engine runs on the server :data:`~labkit.engines.temporal.ADDRESS_ENV` names,
     or on one started here on ``FOLDER/temporal.sqlite`` for the call.
     """
-    from ..engines import engine as engine_named
-    from ..provider import ReferenceProvider
-    from .ticket_service import ticket_service
-
     driver = engine_named(engine_name, bug=bug)  # an unknown engine or bug: refused before anything is made
     point = CrashPlan(check_reached(crash_at, tickets=True)) if crash_at is not None else NO_CRASH
     folder = Path(folder)
@@ -493,7 +494,5 @@ class ScorecardTable:
 
 def scorecard_table(folder: str | Path, engines: tuple[str, ...] | None = None, **options: Any) -> ScorecardTable:
     """:func:`scorecards` for each engine (default: all four), each in ``FOLDER/NAME``; ``options`` go to every call."""
-    from ..engines import ENGINES
-
     names = engines if engines is not None else tuple(ENGINES)
     return ScorecardTable(tuple(scorecards(name, Path(folder) / name, **options) for name in names))
