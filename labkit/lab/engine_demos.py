@@ -140,7 +140,6 @@ async def _late_result_child(folder: Path, tokens: Path, address: str, in_time: 
     from temporalio.service import RPCError
     from temporalio.worker import Worker
 
-
     workflow_class, activity_name = late_result_workflow()
 
     @activity.defn(name=activity_name)
@@ -162,7 +161,7 @@ async def _late_result_child(folder: Path, tokens: Path, address: str, in_time: 
         try:
             await client.get_async_activity_handle(task_token=token).complete(f"answer of attempt {attempt}")
         except RPCError as refused:
-            return refused.status.name  # the status only: the message names the workflow's random id
+            return refused.status.name  # the status only: the message's wording is the server's, and may change with it
         return "accepted"
 
     client = await Client.connect(address)
