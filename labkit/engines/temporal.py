@@ -368,6 +368,17 @@ def replay(address: str, folder: str | Path, release: str, incident: str = INCID
     return out.read_text()
 
 
+def late_result_workflow() -> tuple[Any, str]:
+    """The late-result demonstration's workflow class and activity name (:func:`labkit.lab.engine_demos.late_result_refused`).
+
+    Handed out from here, where the workflow module is imported on demand, so that importing the
+    demonstrations costs no temporalio import; called in the forked child that runs the worker.
+    """
+    from .temporal_workflow import LATE_RESULT_ACTIVITY, LateResultWorkflow  # here: its module loads temporalio, for workers only
+
+    return LateResultWorkflow, LATE_RESULT_ACTIVITY
+
+
 @dataclass(frozen=True)
 class TemporalEngine(Engine):
     """The incident workflow on a Temporal server, its worker in the calling process."""

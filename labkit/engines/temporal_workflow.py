@@ -93,3 +93,26 @@ async def _rest(incident: str, tickets: str | None) -> dict[str, Any]:
         ticket = sent["ticket"]
     return {"incident": incident, "receipt": receipt, "ticket": ticket}
 
+
+
+# --------------------------------------------------------------------------- a late result, refused
+#
+# The counterpart of 10_leases' fenced commit (labkit.lab.engine_demos.late_result_refused): one
+# activity whose attempts are completed from outside the worker, by task token. Each attempt's
+# token names its attempt; once the server has timed an attempt out and scheduled the next, a
+# completion under the old token is refused by the service, as a commit under an expired lease is.
+
+#: The demonstration's workflow and activity, by name.
+LATE_RESULT_WORKFLOW = "late_result_workflow"
+LATE_RESULT_ACTIVITY = "answer_later"
+
+
+@workflow.defn(name=LATE_RESULT_WORKFLOW)
+class LateResultWorkflow:
+    """One activity, each attempt given ``timeout_seconds``; the workflow returns whichever attempt's answer the server accepted."""
+
+    @workflow.run
+    async def run(self, timeout_seconds: float) -> str:
+        return str(await workflow.execute_activity(
+            LATE_RESULT_ACTIVITY, start_to_close_timeout=timedelta(seconds=timeout_seconds),
+            retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100), backoff_coefficient=1.0, maximum_attempts=3)))
