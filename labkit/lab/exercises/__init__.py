@@ -27,7 +27,8 @@ of ``notebooks/NN_<stem>.ipynb``), and one runner that every lesson shares:
 - :mod:`.lesson11_capacity_and_retention`: which raw diagnostics a retention may remove;
 - :mod:`.lesson12_crash_explorer`: one scenario by hand, and a prediction of a bug's damage;
 - :mod:`.lesson13_evaluation`: the task scorecard's accuracy;
-- :mod:`.lesson14_choosing_an_engine`: a DBOS step that runs at least once.
+- :mod:`.lesson14_choosing_an_engine`: a DBOS step that runs at least once; a LangGraph ticket node
+  killed right after its send.
 
 How a check is built: ``check_<what>(answer)`` is wrapped in :func:`~.runner.one_line`
 (the feedback is an ``AssertionError`` that Jupyter shows as one line); it starts with
@@ -53,7 +54,7 @@ from .lesson10_leases_and_fencing import check_fenced_commit
 from .lesson11_capacity_and_retention import check_retention_selection, retention_case
 from .lesson12_crash_explorer import check_bug_prediction, check_scenario
 from .lesson13_evaluation import check_task_accuracy, evaluation_cases
-from .lesson14_choosing_an_engine import check_evidence_step, evidence_step_trial
+from .lesson14_choosing_an_engine import check_evidence_step, check_ticket_node, evidence_step_trial, ticket_node_trial
 from .runner import ANSWER_NAMESPACE, waiting_for
 
 __all__ = [
@@ -73,10 +74,12 @@ __all__ = [
     "check_scenario",
     "check_single_transaction_inspect",
     "check_task_accuracy",
+    "check_ticket_node",
     "evaluation_cases",
     "evidence_step_trial",
     "inspect_with_rule",
     "reconciliation_trials",
     "retention_case",
+    "ticket_node_trial",
     "waiting_for",
 ]

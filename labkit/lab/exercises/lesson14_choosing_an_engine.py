@@ -1,14 +1,18 @@
-"""Lesson 14 (14_choosing_an_engine): a DBOS step that runs at least once and leaves one set of rows.
+"""Lesson 14 (14_choosing_an_engine): a DBOS step that runs at least once and leaves one set of rows (14.1),
+and a LangGraph ticket node that a kill right after the send leaves with one ticket (14.2).
 """
 
 from __future__ import annotations
 
+import contextlib
+import random
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from ...children import in_child
 from ...coordinator import Coordinator
@@ -19,6 +23,7 @@ from ...steps import Step
 from ...store import connect, connect_readonly
 from ..explorer import _warm
 from ..progress import Progress
+from ..ticket_service import FAIL, Faults
 from .runner import answer_is_a_function, clear_trials, new_trial, one_line, own_work, refuse_if_called, watching_labkit
 
 #: The incident and the kill of Exercise 14.1 (14_choosing_an_engine, section 4): inside the
@@ -322,3 +327,337 @@ def _check_evidence_step(write_evidence: Callable, bar: Progress) -> None:
     shown.append("two executions at once: one evidence row, one move, both returned 'evidence_recorded'")
     for line in shown:
         print(f"✓ {line}, as with labkit's write_evidence_once")
+
+
+# --------------------------------------------------------------------------- Exercise 14.2
+#
+# The ticket-opening node of the LangGraph version of the workflow, written by the learner, and
+# checked as a worker would meet it: SIGKILLed right after the send, then resumed by thread id.
+# LangGraph, not Temporal: a Temporal worker killed inside an activity costs the activity's
+# timeout (3 s) before the retry, twice a check, plus a server's start; the graph resumes at once.
+
+#: What labkit already has for the job, refused under any name: the engines' keys and ticket steps.
+TICKET_NODE_OWN = ("ticket_key", "_key_per_attempt", "_open_ticket", "open_ticket")
+
+
+@dataclass(frozen=True)
+class TicketThread:
+    """One thread of :func:`ticket_node_trial`: its ids, what the learner's function did, what it left."""
+
+    thread: str
+    incident: str
+    calls: tuple[str, ...]          # "started", then "returned 'T-0002'" or "raised RuntimeError: ..." (none: killed)
+    tickets: tuple[tuple[str, str], ...]  # (ticket, key) the service holds for the incident
+    effect: tuple[str, str | None] | None  # (state, ticket) of the incident's effect row, None: no row
+    receipts: int
+    posts: tuple[tuple[str, str, str], ...] = ()  # each post_ticket the function made: (key sent, outcome, status)
+
+    @property
+    def runs(self) -> int:
+        """How many times the node called the function for this thread (a kill ends a call without a word)."""
+        return self.calls.count("started")
+
+    @property
+    def returned(self) -> list[str]:
+        return [call.removeprefix("returned ") for call in self.calls if call.startswith("returned ")]
+
+    @property
+    def raised(self) -> list[str]:
+        return [call.removeprefix("raised ") for call in self.calls if call.startswith("raised ")]
+
+
+@dataclass(frozen=True)
+class TicketTrial:
+    """What :func:`ticket_node_trial` saw: how each child ended, each thread, and the invariants that broke."""
+
+    ends: tuple[str, ...]
+    threads: tuple[TicketThread, ...]
+    broken: tuple[str, ...]          # "8: INC-1001 has 2 tickets (...)", one per invariant that failed
+    handed_over: tuple[str, ...]
+
+
+@contextlib.contextmanager
+def _posts_recorded(function: Callable, log: Path, thread: str, crash: CrashPlan) -> Iterator[None]:
+    """While ``function`` runs (in a forked child), note each ``post_ticket`` it makes, and die right after one.
+
+    labkit's client is replaced where the learner reaches it (its module, the function's globals)
+    by one that does the same, writes the key it sent and the answer to ``log`` (for feedback
+    that names the key), and reaches ``after_send`` the moment the service has made or replayed
+    the ticket: armed, that is the SIGKILL, before the function's next line. So a function that
+    notes its ticket somewhere after the send (a file, a dict) never gets to: only the key can
+    make the resumed node's send the same request.
+    """
+    from ... import ticket_client
+
+    original = ticket_client.post_ticket
+
+    def recorded(url: str, key: str | None, body: Any, timeout: float, **options: Any) -> Any:
+        answer = original(url, key, body, timeout, **options)
+        _said(log, f"{thread}\t{key!r}\t{answer.outcome}\t{answer.status}")
+        if answer.outcome in ("created", "replayed"):
+            crash.reached(CrashPoint.AFTER_SEND)
+        return answer
+
+    namespace = getattr(function, "__globals__", {})
+    names = [name for name, value in namespace.items() if value is original]
+    ticket_client.post_ticket = recorded
+    for name in names:
+        namespace[name] = recorded
+    try:
+        yield
+    finally:
+        ticket_client.post_ticket = original
+        for name in names:
+            namespace[name] = original
+
+
+def _ticket_graph(folder: Path, open_ticket: Callable, threads: dict[str, str], *, crash: CrashPlan = NO_CRASH):
+    """An :class:`~labkit.engines.langgraph.IncidentGraph` whose open_ticket node calls the learner's function.
+
+    ``threads`` maps each incident to its thread id (drawn at random by the check). The node
+    finds the receipt, builds the ticket request from it, calls ``open_ticket(thread_id,
+    tickets_url, request)``, then reaches ``after_send`` (a SIGKILL when armed: the send is made,
+    the node has not returned, so the checkpointer has nothing of it), then records the effect
+    row under the key the service holds the returned ticket under.
+    """
+    from ...database import read_transaction, transaction
+    from ...effects import find_effect_txn, mark_done_txn, record_intent_txn, ticket_request
+    from ...engines.langgraph import GraphFailed, IncidentGraph, IncidentState
+    from ...receipts import find_receipt_txn
+    from ...ticket_client import all_tickets
+
+    said = folder / "calls.txt"
+
+    class TicketExerciseGraph(IncidentGraph):
+        def config(self, incident: str) -> dict:
+            return {"configurable": {"thread_id": threads.get(incident, incident)}}
+
+        def _open_ticket(self, state: IncidentState) -> dict:
+            incident, tickets = state["incident"], state["tickets"]
+            assert tickets is not None
+            with closing(connect(self.db)) as conn, read_transaction(conn):
+                receipt = find_receipt_txn(conn, incident)
+            if receipt is None:
+                raise GraphFailed(incident, "no receipt to open a ticket for")
+            request = ticket_request(receipt.report)
+            thread = threads[incident]
+            handed: list[str] = []
+            _said(said, f"{thread} started")
+            try:
+                # The recorder outside the watch: the watch would count the check's own generator, entered from contextlib.
+                with _posts_recorded(open_ticket, folder / "posts.txt", thread, self.crash):
+                    with watching_labkit(*TICKET_NODE_OWN) as handed:  # labkit's own, reached under any name
+                        value = open_ticket(thread, tickets, dict(request))
+            except BaseException as error:
+                _said(said, f"{thread} raised {type(error).__name__}: {error}".splitlines()[0][:300])
+                raise
+            finally:
+                for label in handed:
+                    _said(folder / "handed.txt", label)
+            _said(said, f"{thread} returned {value!r}"[:300])
+            # A function that sent by other means than post_ticket (or not at all) dies here: the node has not returned.
+            self.crash.reached(CrashPoint.AFTER_SEND)
+            if not isinstance(value, str):
+                raise GraphFailed(incident, f"open_ticket returned {value!r}, not a ticket id")
+            keys = {str(t["ticket"]): str(t.get("key")) for t in all_tickets(tickets)}
+            with closing(connect(self.db)) as conn, transaction(conn):
+                clock = self._coordinator(conn).clock
+                # The key the service holds the ticket under (none: a ticket it does not hold), so
+                # that invariant 9 compares the row with the service, not with the learner's word.
+                effect = find_effect_txn(conn, incident) or record_intent_txn(
+                    conn, incident, keys.get(value, "(no such ticket)"), request, clock)
+                mark_done_txn(conn, effect, value, "created", clock)
+            return {"ticket": value}
+
+    return TicketExerciseGraph(folder, crash=crash)
+
+
+def ticket_node_trial(open_ticket: Callable, *, rng: random.Random, faults: Faults | None = None,
+                      how_many: int = 2, killed: bool = True) -> TicketTrial:
+    """Run ``how_many`` threads (incidents and thread ids drawn with ``rng``) on one ticket service, in forked children.
+
+    Each thread's run is SIGKILLed right after ``open_ticket`` returns (with ``killed``), then
+    one resume takes every thread to its end. ``faults`` makes the service misbehave (the
+    check's second trial fails the first POST). Then labkit's invariants judge the rows and
+    the service's table, invariant 7 with one more resume.
+    """
+    from ...effects import Tickets
+    from ...engines.langgraph import LangGraphEngine
+    from ...invariants import check_invariants
+    from ...ticket_client import all_tickets
+    from ..ticket_service import ticket_service
+
+    LangGraphEngine().warm()
+    _ticketed_incidents()
+    folder = new_trial("14-ticket-node").folder
+    provider = ReferenceProvider(call_log_for(folder / "lab.db"))
+    incidents = rng.sample(_TICKETED, how_many)
+    threads = {incident: f"thread-{rng.getrandbits(48):012x}" for incident in incidents}
+    quiet = (folder / "child.out", folder / "child.err")
+    crash = CrashPlan(CrashPoint.AFTER_SEND) if killed else NO_CRASH
+
+    def run(incident: str, url: str) -> Callable[[], None]:
+        def work() -> None:
+            graph = _ticket_graph(folder, open_ticket, threads, crash=crash)
+            try:
+                graph.run(incident, url)
+            finally:
+                graph.close()
+        return work
+
+    def resume() -> int:
+        graph = _ticket_graph(folder, open_ticket, threads)
+        try:
+            unfinished = [thread for thread, nodes in graph.threads().items() if nodes]
+            for thread in unfinished:
+                try:
+                    graph.resume(thread)
+                except Exception:  # noqa: BLE001 - one thread stopping again must not hide the others
+                    continue
+            return len(unfinished)
+        finally:
+            graph.close()
+
+    def resumed_again() -> int:
+        out = folder / ".again.txt"
+        in_child(lambda: out.write_text(str(resume())), output=quiet)
+        return int(out.read_text()) if out.exists() else len(threads)
+
+    with ticket_service(folder / "tickets.db", faults) as url:
+        ends = [in_child(run(incident, url), output=quiet) for incident in incidents]
+        ends.append(in_child(resume, output=quiet))
+        held = all_tickets(url)
+        results = check_invariants(folder / "lab.db", call_log_for(folder / "lab.db"), dict.fromkeys(incidents, 1), provider,
+                                   effects=Tickets(url), recover_again=resumed_again)
+    said = folder / "calls.txt"
+    lines = said.read_text(encoding="utf-8").splitlines() if said.exists() else []
+    with closing(connect_readonly(folder / "lab.db")) as conn:
+        effects = dict(((row[0]), (row[1], row[2])) for row in conn.execute("SELECT incident, state, ticket FROM effects"))
+        receipts = dict(conn.execute("SELECT incident, COUNT(*) FROM receipts GROUP BY incident").fetchall())
+    shown = []
+    for incident in incidents:
+        thread = threads[incident]
+        shown.append(TicketThread(
+            thread, incident, tuple(line.removeprefix(thread + " ") for line in lines if line.startswith(thread + " ")),
+            tuple((str(t["ticket"]), str(t.get("key"))) for t in held if t.get("incident") == incident),
+            effects.get(incident), receipts.get(incident, 0),
+        ))
+    posts_file = folder / "posts.txt"
+    posts = [line.split("\t", 3) for line in posts_file.read_text(encoding="utf-8").splitlines()] if posts_file.exists() else []
+    shown = [replace(t, posts=tuple((key, outcome, status) for thread, key, outcome, status in posts if thread == t.thread))
+             for t in shown]
+    handed_file = folder / "handed.txt"
+    handed = tuple(handed_file.read_text(encoding="utf-8").splitlines()) if handed_file.exists() else ()
+    broken = tuple(f"{r.number}: {r.detail}" for r in results if not r.held)
+    return TicketTrial(tuple(str(end) for end in ends), tuple(shown), broken, handed)
+
+
+#: The incidents whose run ends with a receipt, so that the ticket node runs: found by running them.
+_TICKETED: list[str] = []
+
+
+def _ticketed_incidents() -> None:
+    """Fill :data:`_TICKETED` once a kernel: every incident the provider knows whose reading passes the contract."""
+    if _TICKETED:
+        return
+    from ...contract import check_evidence
+    from ...errors import LabError
+
+    folder = new_trial("14-incidents").folder
+    provider = ReferenceProvider(call_log_for(folder / "lab.db"))
+    for incident in sorted(provider.incidents()):
+        try:
+            check_evidence(read_with_diagnostic(provider, incident).response, incident)
+        except LabError:
+            continue
+        _TICKETED.append(incident)
+
+
+def _ticket_shortfall(trial: TicketTrial, story: str) -> None:
+    """The first thing wrong with one trial's threads, as one line that names it and hints, never answers."""
+    for t in trial.threads:
+        where = f"{story}, thread {t.thread} ({t.incident})"
+        ran = f"your function ran {t.runs} time{'s' if t.runs != 1 else ''}"
+        sent = [key for key, _, _ in t.posts]
+        if len(t.tickets) > 1:
+            keys = sorted({key for _, key in t.tickets})
+            raise AssertionError(
+                f"{where}: {len(t.tickets)} tickets at the service for one thread ({ran}, and the service holds them under "
+                f"{len(keys)} different keys). The resume ran the node again from its start, and your function sent again "
+                "under a new key: what stays the same every time the node runs for this thread?"
+            )
+        if not t.tickets:
+            if "None" in sent:
+                raise AssertionError(f"{where}: no ticket; your function sent no Idempotency-Key, and the service refused "
+                                     "the request (400). Send every request under a key")
+            refused = [(key, status) for key, outcome, status in t.posts if outcome == "refused"]
+            if refused and refused[0][1] == "422":
+                raise AssertionError(
+                    f"{where}: no ticket; the service refused key {refused[0][0]} (422: already used with another request). "
+                    "Another thread's ticket holds it: one thread, one key, the same on every attempt"
+                )
+            if t.raised:
+                raise AssertionError(f"{where}: no ticket at the service; your function raised {t.raised[0]}")
+            returned = t.returned[0] if t.returned else "nothing"
+            raise AssertionError(
+                f"{where}: the service holds no ticket for this incident, yet your function returned {returned}"
+                + ("" if sent else ", and sent nothing") + ". Send the request under an Idempotency-Key, and return "
+                "the ticket id the service answers"
+            )
+        [(ticket, _)] = t.tickets
+        if not t.posts:
+            raise AssertionError(f"{where}: the service holds {ticket}, but your function did not send it with post_ticket. "
+                                 "Send with labkit.ticket_client.post_ticket: the check kills the worker the moment it answers")
+        wrong = [value for value in t.returned if value != repr(ticket)]
+        if wrong:
+            raise AssertionError(f"{where}: your function returned {wrong[0]}, but the service's ticket for this thread is "
+                                 f"{ticket}: return the id the service answered, not one of your own")
+        if t.effect != ("done", ticket) or t.receipts != 1:
+            raise AssertionError(f"{where}: the run ended with effect {t.effect} and {t.receipts} receipt(s), not one receipt "
+                                 f"and its ticket {ticket} done ({', '.join(trial.ends)}; {t.raised[0] if t.raised else ran})")
+    if trial.broken:
+        raise AssertionError(f"{story}: labkit's invariant {trial.broken[0]}")
+
+
+@one_line
+def check_ticket_node(open_ticket: Callable) -> None:
+    """``open_ticket(thread_id, tickets, request) -> str``: the LangGraph open_ticket node's send, written by hand.
+
+    ``tickets`` is the ticket service's URL, ``request`` the ticket the receipt asks for (a dict),
+    ``thread_id`` the LangGraph thread the node runs for; it returns the ticket id the service
+    answered. Plugged into the LangGraph version of the workflow (:func:`_ticket_graph`) in forked
+    children: two threads on one real ticket service (incidents and thread ids drawn at random
+    each check), each SIGKILLed right after the send and resumed by thread id, so that the node
+    runs twice; then a service that fails the first request (503, nothing stored) and works on
+    the resume. Each thread must leave one ticket, the one its effect row names, and one
+    receipt, and labkit's invariants 1 to 9 must hold.
+    """
+    clear_trials()
+    answer_is_a_function(open_ticket, "def my_open_ticket(thread_id, tickets, request): ...")
+    own_work(open_ticket, *TICKET_NODE_OWN)
+    rng = random.Random()
+    bar = Progress(2)
+    try:
+        killed = ticket_node_trial(open_ticket, rng=rng)
+        refuse_if_called(list(killed.handed_over))
+        _ticket_shortfall(killed, "killed right after the send, then resumed")
+        bar.step()
+        failing = ticket_node_trial(open_ticket, rng=rng, faults=Faults(FAIL, 1), how_many=1, killed=False)
+        refuse_if_called(list(failing.handed_over))
+        [first] = failing.threads
+        if not first.raised:
+            said = first.returned[0] if first.returned else "nothing"
+            raise AssertionError(
+                f"the service failed your first request (503, nothing stored) and your function returned {said}: a node "
+                "that returns has done its work, and the graph never sends again. Raise when the service gives no ticket"
+            )
+        _ticket_shortfall(failing, "a service that failed the first request")
+        bar.step()
+    finally:
+        bar.finish()
+    ran = " and ".join(sorted({str(t.runs) for t in killed.threads}))
+    print(f"✓ two threads, each killed right after your send and resumed by thread id (your function ran {ran} times "
+          "for each): one ticket each at the service, the one its effect row names, and one receipt")
+    print(f"✓ the service failed the first request: your function raised {first.raised[0].split(':')[0]}, the resume sent "
+          "again: one ticket, one receipt")
+    print("✓ labkit's invariants 1-9 held after both, and each thread's ticket is its own")
