@@ -9,18 +9,28 @@ times or paths), so a lesson can print them under strict nbval.
 
 - :func:`late_result_refused`: Temporal fences a timed-out activity attempt, as 10_leases
   fences a worker whose lease ran out; the service itself refuses the stale attempt's result.
+- :func:`datasource_transaction`: DBOS's datasource transaction commits a business write and
+  the step's record together (the engine's own G1, as labkit's evidence commits with its step),
+  so a process killed right after that commit does not run the write again; a plain step does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 import uuid
+from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
-from ..children import in_child
+from ..children import end_of, fork, in_child
+from ..database import open_database
 from ..engines.temporal import _sandbox, scope_of
 from ..errors import LabError
 from .temporal_server import TemporalServer
@@ -169,3 +179,185 @@ async def _late_result_child(folder: Path, tokens: Path, address: str, in_time: 
     out.write_text(json.dumps({"late_attempt": 1, "late": late, "fresh_attempt": fresh_attempt, "fresh": fresh,
                                "result": result, "started": started, "timed_out": timed_out}))
 
+
+
+# --------------------------------------------------------------------------- DBOS: the datasource transaction
+
+#: The two ways the demonstration writes its business row inside a DBOS workflow.
+PLAIN_STEP = "plain @DBOS.step"
+TRANSACTION = "datasource transaction"
+#: The application version both processes of a case run under: recovery resumes only its own version's workflows.
+DEMO_APP_VERSION = "demo-1"
+#: The one workflow of each case: a fixed id, so the process started again finds it to recover.
+DEMO_WORKFLOW = "write-once"
+
+
+@dataclass(frozen=True)
+class TransactionCase:
+    """One way of writing, killed (or not) right after its commit, then recovered by DBOS.launch().
+
+    ``body_ran``: how many times the write's function ran, counted in a file outside every
+    database; ``business_rows``: the rows it left. When the first process has ended (killed, or
+    done), before any recovery: ``app_records``, the rows of DBOS's ``datasource_outputs``
+    table in the business database (the step's record, committed with the row), and
+    ``system_records``, the steps DBOS recorded in its system database. A workflow that
+    finishes has its datasource records deleted by DBOS, so an unkilled run leaves 0 there
+    too. ``recorded``: the step's output in DBOS's system database once the workflow ended;
+    ``status``: the workflow's.
+    """
+
+    kind: str
+    killed: bool
+    body_ran: int
+    business_rows: int
+    app_records: int
+    system_records: int
+    recorded: str
+    status: str
+
+
+@dataclass(frozen=True)
+class TransactionDemo:
+    """The cases of :func:`datasource_transaction`, as a table."""
+
+    cases: tuple[TransactionCase, ...]
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [{"step": case.kind, "killed after commit": "yes" if case.killed else "no", "body ran": case.body_ran,
+                 "business rows": case.business_rows, "app db record (1st)": case.app_records,
+                 "system db record (1st)": case.system_records, "DBOS output": case.recorded, "status": case.status}
+                for case in self.cases]
+
+    def frame(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.rows())
+
+    def lines(self) -> list[str]:
+        """A fixed-width table (no index, no times, no paths): what a lesson prints and nbval compares."""
+        rows = self.rows()
+        heads = list(rows[0]) if rows else []
+        cells = [[str(row[head]) for head in heads] for row in rows]
+        widths = [max(len(head), *(len(line[i]) for line in cells)) for i, head in enumerate(heads)]
+        return ["  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
+                for line in [heads, *cells]]
+
+
+def datasource_transaction(folder: str | Path, *, killed: bool = True) -> TransactionDemo:
+    """A business write in a plain ``@DBOS.step`` and in a datasource transaction, each killed right after its commit.
+
+    DBOS 3 (pinned 3.4.0) has no ``@DBOS.transaction`` nor an application database any more;
+    its transactions are a *datasource*'s (``SQLAlchemyDatasource.create(URL)``, then
+    ``@ds.transaction()``), which writes the step's output into a ``datasource_outputs`` table
+    of the business database in the same commit as the business rows. A plain step's output
+    is recorded in DBOS's system database after the step returns, in another commit. Each case
+    runs in two forked processes on files of its own under ``folder``: the first runs the
+    workflow and SIGKILLs itself in SQLAlchemy's ``after_commit`` hook, the moment the
+    business row is durable and DBOS has recorded nothing yet in its system database; the
+    second launches DBOS again, which recovers the workflow. ``killed=False`` runs the same
+    without the kill: both write once (the baseline). The two cases run side by side.
+
+    Documented at docs.dbos.dev/python/reference/datasources ("exactly-once" transactions); the
+    code that joins the record to the commit is ``SQLAlchemyDatasource.run_tx_step`` in dbos/_datasource.py.
+    """
+    folder = Path(folder)
+    cases = [(kind, folder / "datasource-transaction" / name) for kind, name in ((PLAIN_STEP, "plain-step"), (TRANSACTION, "transaction"))]
+    for _, place in cases:
+        place.mkdir(parents=True, exist_ok=True)
+        for name in ("app.sqlite", "dbos-system.sqlite", "body.log", "seen.json"):
+            for stale in (place / name, place / (name + "-wal"), place / (name + "-shm")):
+                stale.unlink(missing_ok=True)  # this demonstration's own files, from a run before
+    first = _side_by_side([partial(_transaction_child, kind, place, first=True, kill=killed) for kind, place in cases],
+                          [place / "first" for _, place in cases])
+    for (kind, place), end in zip(cases, first, strict=True):
+        if end.killed != killed or (not killed and end.code != 0):
+            wanted = "killed" if killed else "exit 0"
+            raise DemoFailed(f"the {kind} first process ended {end}, not {wanted}: {_last_line(place / 'first.err')}")
+    at_kill = [(_count(place / "app.sqlite", "datasource_outputs"), _count(place / "dbos-system.sqlite", "operation_outputs"))
+               for _, place in cases]
+    second = _side_by_side([partial(_transaction_child, kind, place, first=False, kill=False) for kind, place in cases],
+                           [place / "second" for _, place in cases])
+    out = []
+    for (kind, place), end, checkpoints in zip(cases, second, at_kill, strict=True):
+        seen = place / "seen.json"
+        if end.code != 0 or not seen.exists():
+            raise DemoFailed(f"the {kind} recovery ended {end}: {_last_line(place / 'second.err')}")
+        recorded = json.loads(seen.read_text())
+        out.append(TransactionCase(kind, killed, len((place / "body.log").read_text().splitlines()),
+                                   _count(place / "app.sqlite", "notes"), *checkpoints, recorded["output"], recorded["status"]))
+    return TransactionDemo(tuple(out))
+
+
+def _side_by_side(works: list[Callable[[], object]], logs: list[Path]) -> list[Any]:
+    """Fork one child per work at once, wait for all; how each ended (its stderr in LOG.err)."""
+    pids = [fork(work, output=(log.with_suffix(".out"), log.with_suffix(".err"))) for work, log in zip(works, logs, strict=True)]
+    return [end_of(os.waitpid(pid, 0)[1]) for pid in pids]
+
+
+def _last_line(path: Path) -> str:
+    lines = path.read_text(errors="replace").strip().splitlines() if path.exists() else []
+    return lines[-1] if lines else "no error written"
+
+
+def _count(db: Path, table: str) -> int:
+    """Rows of ``table`` in ``db`` (0 when the table is not there), read without writing."""
+    if not db.exists():
+        return 0
+    with closing(open_database(db, readonly=True)) as conn:
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (table,)).fetchone() is None:
+            return 0
+        return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])  # noqa: S608 - a table name of ours
+
+
+def _transaction_child(kind: str, place: Path, *, first: bool, kill: bool) -> None:
+    """In a forked child: DBOS on ``place``'s files, the workflow run (first) or recovered (second), its step read back.
+
+    The same function writes the row in both cases; only the decorator around it differs. The
+    kill sits in the sessions' ``after_commit`` hook, so it falls at the same moment in both:
+    after the row's commit, before the step returns to DBOS.
+    """
+    from dbos import DBOS, SetWorkflowID, SQLAlchemyDatasource
+    from sqlalchemy import event, text
+    from sqlalchemy.orm import Session, sessionmaker
+
+    sessions = sessionmaker(expire_on_commit=False)
+    if kill:
+        event.listen(sessions, "after_commit", lambda _session: os.kill(os.getpid(), signal.SIGKILL))
+    DBOS(config={"name": "labkit-datasource-demo", "system_database_url": f"sqlite:///{place / 'dbos-system.sqlite'}",
+                 "application_version": DEMO_APP_VERSION, "executor_id": "local", "log_level": "ERROR"})
+    ds = SQLAlchemyDatasource.create(f"sqlite:///{place / 'app.sqlite'}", sessionmaker=sessions)
+    with ds.engine.begin() as conn:
+        conn.execute(text("CREATE TABLE IF NOT EXISTS notes (id INTEGER PRIMARY KEY, note TEXT NOT NULL)"))
+
+    def write_note(session: Session) -> str:
+        with open(place / "body.log", "a") as ran:  # outside every database: counts runs the rollback cannot undo
+            ran.write("ran\n")
+        row = session.execute(text("INSERT INTO notes (note) VALUES ('incident noted')")).lastrowid  # type: ignore[attr-defined]
+        return f"wrote row {row}"
+
+    if kind == TRANSACTION:
+        @ds.transaction(name="write_note")
+        def write() -> str:
+            return write_note(ds.sql_session())  # DBOS's own session: its record of the step joins this commit
+    else:
+        @DBOS.step(name="write_note")
+        def write() -> str:
+            with sessions(bind=ds.engine) as session, session.begin():
+                return write_note(session)  # committed on leaving the block; DBOS records the step after the return
+
+    @DBOS.workflow(name="note_workflow")
+    def note_workflow() -> str:
+        return write()
+
+    DBOS.launch()  # in the second process, this recovers the PENDING workflow the first one left
+    try:
+        if first:
+            with SetWorkflowID(DEMO_WORKFLOW):
+                note_workflow()
+            return
+        handle: Any = DBOS.retrieve_workflow(DEMO_WORKFLOW)
+        handle.get_result(polling_interval_sec=0.05)
+        output = DBOS.list_workflow_steps(DEMO_WORKFLOW)[0]["output"]
+        (place / "seen.json").write_text(json.dumps({"output": repr(output), "status": handle.get_status().status}))
+    finally:
+        DBOS.destroy(destroy_registry=True)

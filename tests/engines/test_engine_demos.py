@@ -12,7 +12,7 @@ import os
 import pytest
 
 from labkit.engines.temporal import ADDRESS_ENV
-from labkit.lab.engine_demos import late_result_refused
+from labkit.lab.engine_demos import PLAIN_STEP, TRANSACTION, datasource_transaction, late_result_refused
 from labkit.lab.temporal_server import TemporalServer
 
 
@@ -55,3 +55,34 @@ def test_the_same_attempt_completed_within_its_timeout_is_accepted(server, tmp_p
     assert seen.lines()[0] == "attempt 1 completed within its timeout: accepted"
     again = late_result_refused(tmp_path, server.address)  # the same folder and server again: a workflow of its own
     assert (again.late, again.fresh, again.result_attempt) == ("NOT_FOUND", "accepted", 2)
+
+
+def test_a_datasource_transaction_killed_after_its_commit_is_not_run_again_and_a_plain_step_is(tmp_path):
+    """DBOS's G1: the row and the step's record in one commit; a plain step's record comes after, and a kill between costs a rerun."""
+    demo = datasource_transaction(tmp_path)
+    plain, transaction = demo.cases
+    assert (plain.kind, transaction.kind) == (PLAIN_STEP, TRANSACTION)
+    # The plain step ran twice and left two rows; DBOS recorded the second run's output.
+    assert (plain.body_ran, plain.business_rows, plain.app_records, plain.system_records) == (2, 2, 0, 0)
+    assert plain.recorded == "'wrote row 2'"
+    # The transaction ran once: its record was in the business database beside the row when the process died.
+    assert (transaction.body_ran, transaction.business_rows, transaction.app_records, transaction.system_records) == (1, 1, 1, 0)
+    assert transaction.recorded == "'wrote row 1'"
+    assert plain.status == transaction.status == "SUCCESS"
+    assert demo.lines() == [
+        "step                    killed after commit  body ran  business rows  app db record (1st)  system db record (1st)"
+        "  DBOS output    status",
+        "plain @DBOS.step        yes                  2         2              0                    0"
+        "                       'wrote row 2'  SUCCESS",
+        "datasource transaction  yes                  1         1              1                    0"
+        "                       'wrote row 1'  SUCCESS",
+    ]
+    assert list(demo.frame().columns)[:4] == ["step", "killed after commit", "body ran", "business rows"]
+
+
+def test_without_the_kill_both_ways_write_once(tmp_path):
+    """The counter-case: the plain step's second row above comes from the kill, not from the way it writes."""
+    plain, transaction = datasource_transaction(tmp_path, killed=False).cases
+    assert (plain.body_ran, plain.business_rows, plain.recorded) == (1, 1, "'wrote row 1'")
+    assert (transaction.body_ran, transaction.business_rows, transaction.recorded) == (1, 1, "'wrote row 1'")
+    assert transaction.app_records == 0  # DBOS deletes a finished workflow's datasource records
