@@ -12,6 +12,8 @@ times or paths), so a lesson can print them under strict nbval.
 - :func:`datasource_transaction`: DBOS's datasource transaction commits a business write and
   the step's record together (the engine's own G1, as labkit's evidence commits with its step),
   so a process killed right after that commit does not run the write again; a plain step does.
+- :func:`scorecards` and :func:`scorecard_table`: both scorecards of 13_evaluation on all sixteen
+  lab incidents, driven to their end on each engine; equal cards, and a broken engine's that is not.
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from .. import contract
 from ..children import end_of, fork, in_child
+from ..crashpoints import NO_CRASH, CrashPlan, check_reached
 from ..database import open_database
 from ..engines.temporal import _sandbox, scope_of
-from ..errors import LabError
-from .temporal_server import TemporalServer
+from ..errors import BadInput, LabError
+from ..evaluation import Evaluation, evaluate
+from .temporal_server import TemporalServer, serving
 
 # --------------------------------------------------------------------------- Temporal: a late result
 
@@ -234,13 +239,15 @@ class TransactionDemo:
         return pd.DataFrame(self.rows())
 
     def lines(self) -> list[str]:
-        """A fixed-width table (no index, no times, no paths): what a lesson prints and nbval compares."""
-        rows = self.rows()
-        heads = list(rows[0]) if rows else []
-        cells = [[str(row[head]) for head in heads] for row in rows]
-        widths = [max(len(head), *(len(line[i]) for line in cells)) for i, head in enumerate(heads)]
-        return ["  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip()
-                for line in [heads, *cells]]
+        return _fixed_width(self.rows())
+
+
+def _fixed_width(rows: list[dict[str, Any]]) -> list[str]:
+    """Rows as a fixed-width table under their keys (no index, no times, no paths): what a lesson prints and nbval compares."""
+    heads = list(rows[0]) if rows else []
+    cells = [[str(row[head]) for head in heads] for row in rows]
+    widths = [max(len(head), *(len(line[i]) for line in cells)) for i, head in enumerate(heads)]
+    return ["  ".join(text.ljust(width) for text, width in zip(line, widths, strict=True)).rstrip() for line in [heads, *cells]]
 
 
 def datasource_transaction(folder: str | Path, *, killed: bool = True) -> TransactionDemo:
@@ -361,3 +368,132 @@ def _transaction_child(kind: str, place: Path, *, first: bool, kill: bool) -> No
         (place / "seen.json").write_text(json.dumps({"output": repr(output), "status": handle.get_status().status}))
     finally:
         DBOS.destroy(destroy_registry=True)
+
+
+# --------------------------------------------------------------------------- both scorecards, every engine
+
+#: The columns every engine's card must share for "evaluated the same way" to hold.
+CARD_COLUMNS = ("runs", "completed", "correct", "scored", "duplicate receipts", "duplicate tickets", "rereads", "uncertain")
+
+
+@dataclass(frozen=True)
+class EngineCard:
+    """Both scorecards (13_evaluation's) of the lab's incidents, each driven to its end on one engine.
+
+    ``evaluation`` is :func:`labkit.evaluation.evaluate` on the engine's ``FOLDER/lab.db`` with the
+    ticket service's store; ``seconds`` is the call's wall time, the ticket service's start and
+    (for Temporal, when started here) the server's start and stop included: what the engine adds
+    to a test command. Never in :meth:`lines`.
+    ``bug`` and ``crash_at`` say how the run was broken or killed, if it was.
+    """
+
+    engine: str
+    evaluation: Evaluation
+    seconds: float
+    bug: str | None = None
+    crash_at: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        task, recovery = self.evaluation.task, self.evaluation.recovery
+        return {"engine": self.engine + (f" ({self.bug})" if self.bug else ""), "killed at": self.crash_at or "-",
+                "runs": recovery.runs, "completed": recovery.completed, "correct": task.correct, "scored": task.scored,
+                "duplicate receipts": recovery.duplicate_receipts, "duplicate tickets": recovery.duplicate_effects,
+                "rereads": recovery.rereads, "uncertain": recovery.uncertain_effects}
+
+    def compared(self) -> dict[str, Any]:
+        """What must be equal across engines: the card's numbers, nothing about which engine or how it was run."""
+        return {column: self.summary()[column] for column in CARD_COLUMNS}
+
+    def lines(self) -> list[str]:
+        return [f"engine {self.summary()['engine']}", *self.evaluation.lines()]
+
+
+def scorecards(engine_name: str, folder: str | Path, tickets: str | Path | None = None, *, bug: str | None = None,
+               crash_at: str | None = None, incidents: list[str] | None = None) -> EngineCard:
+    """Every lab incident (or ``incidents``) driven to its end on the engine named, then both scorecards of what it left.
+
+    The runs go into ``FOLDER/lab.db`` (a fresh folder per engine: scorecards count every run
+    there), each opening its ticket at a ticket service started here on ``tickets`` (default
+    ``FOLDER/tickets.db``), whose table the recovery scorecard counts. ``crash_at`` kills the
+    first incident's process at that point (a real SIGKILL in a forked child), and a second
+    process restarts it as a supervisor would before driving the rest; ``bug`` is the engine's
+    deliberately broken variant (``configured(bug=...)``), so a card can be made to differ.
+    The temporal engine runs on the server :data:`~labkit.engines.temporal.ADDRESS_ENV` names,
+    or on one started here on ``FOLDER/temporal.sqlite`` for the call.
+    """
+    from ..engines import engine as engine_named
+    from ..provider import ReferenceProvider
+    from .ticket_service import ticket_service
+
+    driver = engine_named(engine_name, bug=bug)  # an unknown engine or bug: refused before anything is made
+    point = CrashPlan(check_reached(crash_at, tickets=True)) if crash_at is not None else NO_CRASH
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    if (folder / "lab.db").exists():
+        raise BadInput(f"{folder} already holds a lab.db: give each engine's scorecards a folder of their own")
+    store = Path(tickets) if tickets is not None else folder / "tickets.db"
+    chosen = list(incidents) if incidents is not None else ReferenceProvider(folder / ".incidents.log").incidents()
+    # Built before the fork, as the explorer does: a cold child compiles the evidence contract's
+    # validator inside its first read, seconds on a loaded machine, and a Temporal read activity
+    # that outlives its timeout that way is run again (a reread no kill caused).
+    contract._validator()
+    driver.warm()
+    started = time.perf_counter()
+    with serving(engine_name, folder), ticket_service(store) as url:
+        ends = []
+        if point is not NO_CRASH:
+            ends.append(in_child(lambda: driver.drive(folder, point, url, chosen[0]), output=_logs(folder, "killed")))
+            if not ends[-1].killed:
+                raise DemoFailed(f"the {engine_name} run of {chosen[0]} was not killed at {crash_at}: it ended {ends[-1]}")
+
+        def rest() -> None:
+            if point is not NO_CRASH:
+                driver.restart(folder, NO_CRASH, url, chosen[0])
+            for incident in chosen[1 if point is not NO_CRASH else 0:]:
+                driver.drive(folder, NO_CRASH, url, incident)
+
+        end = in_child(rest, output=_logs(folder, "runs"))
+        if end.code != 0:
+            raise DemoFailed(f"the {engine_name} runs ended {end}")
+    seconds = time.perf_counter() - started
+    return EngineCard(engine_name, evaluate(folder / "lab.db", ticket_store=store), seconds, bug, crash_at)
+
+
+def _logs(folder: Path, name: str) -> tuple[Path, Path]:
+    return folder / f".{name}.out", folder / f".{name}.err"
+
+
+@dataclass(frozen=True)
+class ScorecardTable:
+    """One :class:`EngineCard` per engine, side by side: "evaluated the same way", measured."""
+
+    cards: tuple[EngineCard, ...]
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [card.summary() for card in self.cards]
+
+    def frame(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(self.rows())
+
+    def lines(self) -> list[str]:
+        return _fixed_width(self.rows())
+
+    def same(self) -> bool:
+        """Whether every card has the same numbers (:data:`CARD_COLUMNS`) and the same task scorecard, wrong runs included."""
+        first = self.cards[0]
+        return all(card.compared() == first.compared() and card.evaluation.task.as_json() == first.evaluation.task.as_json()
+                   for card in self.cards)
+
+    def seconds(self) -> dict[str, float]:
+        """Each engine's wall time for its runs: measured, so never part of :meth:`lines`."""
+        return {card.engine: card.seconds for card in self.cards}
+
+
+def scorecard_table(folder: str | Path, engines: tuple[str, ...] | None = None, **options: Any) -> ScorecardTable:
+    """:func:`scorecards` for each engine (default: all four), each in ``FOLDER/NAME``; ``options`` go to every call."""
+    from ..engines import ENGINES
+
+    names = engines if engines is not None else tuple(ENGINES)
+    return ScorecardTable(tuple(scorecards(name, Path(folder) / name, **options) for name in names))

@@ -11,8 +11,18 @@ import os
 
 import pytest
 
+from labkit.crashpoints import UnknownCrashPoint
+from labkit.engines import UnknownEngine
 from labkit.engines.temporal import ADDRESS_ENV
-from labkit.lab.engine_demos import PLAIN_STEP, TRANSACTION, datasource_transaction, late_result_refused
+from labkit.errors import BadInput
+from labkit.lab.engine_demos import (
+    PLAIN_STEP,
+    TRANSACTION,
+    datasource_transaction,
+    late_result_refused,
+    scorecard_table,
+    scorecards,
+)
 from labkit.lab.temporal_server import TemporalServer
 
 
@@ -86,3 +96,48 @@ def test_without_the_kill_both_ways_write_once(tmp_path):
     assert (plain.body_ran, plain.business_rows, plain.recorded) == (1, 1, "'wrote row 1'")
     assert (transaction.body_ran, transaction.business_rows, transaction.recorded) == (1, 1, "'wrote row 1'")
     assert transaction.app_records == 0  # DBOS deletes a finished workflow's datasource records
+
+
+#: What every correct engine's card says of the sixteen lab incidents, each driven to its end.
+SIXTEEN = {"runs": 16, "completed": 16, "correct": 14, "scored": 16, "duplicate receipts": 0, "duplicate tickets": 0,
+           "rereads": 0, "uncertain": 0}
+
+
+def test_all_four_engines_give_the_same_scorecards_on_the_sixteen_incidents(server, tmp_path):
+    """"Evaluated the same way", measured: both scorecards of every incident, one card per engine, all equal."""
+    table = scorecard_table(tmp_path)
+    assert [card.engine for card in table.cards] == ["labkit", "dbos", "temporal", "langgraph"]
+    for card in table.cards:
+        assert card.compared() == SIXTEEN, card.engine
+    assert table.same()
+    first = table.cards[0].evaluation.as_json()
+    assert all(card.evaluation.as_json() == first for card in table.cards)  # the same wrong diagnoses too
+    assert table.lines()[0].split("  ")[0] == "engine"
+    assert table.lines()[3].startswith("temporal   -          16    16         14       16      0")
+    assert set(table.seconds()) == {"labkit", "dbos", "temporal", "langgraph"}
+
+
+def test_a_ticket_keyed_per_attempt_killed_after_the_send_gives_a_different_card(tmp_path):
+    """The cards can differ: the broken ticket node, killed after its send, opens a second ticket; the same kill
+    on the correct node leaves the card as every engine's."""
+    broken = scorecards("langgraph", tmp_path / "broken", bug="ticket_key_per_attempt", crash_at="after_send")
+    assert broken.compared() == {**SIXTEEN, "duplicate tickets": 1}
+    assert broken.summary()["engine"] == "langgraph (ticket_key_per_attempt)" and broken.summary()["killed at"] == "after_send"
+    killed = scorecards("langgraph", tmp_path / "killed", crash_at="after_send")
+    assert killed.compared() == SIXTEEN
+
+
+def test_bad_scorecard_options_are_refused_in_one_line_before_anything_is_made(tmp_path):
+    with pytest.raises(UnknownEngine, match="unknown engine 'airflow'"):
+        scorecards("airflow", tmp_path / "a")
+    with pytest.raises(BadInput, match="the dbos engine has none to break"):
+        scorecards("dbos", tmp_path / "b", bug="ticket_key_per_attempt")
+    with pytest.raises(UnknownCrashPoint):
+        scorecards("labkit", tmp_path / "c", crash_at="after_lunch")
+    assert not any((tmp_path / name).exists() for name in "abc")
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "lab.db").write_bytes(b"")
+    with pytest.raises(BadInput, match="already holds a lab.db"):
+        scorecards("labkit", used)
+    assert (used / "lab.db").read_bytes() == b"" and sorted(p.name for p in used.iterdir()) == ["lab.db"]
