@@ -47,7 +47,10 @@ own, and a notebook's kernel must not be it.
 
 from __future__ import annotations
 
+import os
+import shutil
 import sqlite3
+import tempfile
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import dataclass
@@ -75,7 +78,8 @@ APP_NAME = "labkit-incidents"
 #: the lab names its versions, so that a lesson can say which one it runs.
 DEFAULT_APP_VERSION = "incidents-1"
 #: How often a waiting caller asks whether a workflow has ended (DBOS's default is 1 s; the
-#: lab's runs take milliseconds). DBOS's own recovery queue is still polled once a second.
+#: lab's runs take milliseconds). DBOS's own internal queue, which recovery goes through, is
+#: polled as often (its default is once a second): see :func:`_poll_internal_queue`.
 RESULT_POLL_SECONDS = 0.02
 #: Environment variable naming a PostgreSQL server for DBOS's system database (the
 #: several-hosts path of 14_choosing_an_engine): ``postgresql://user@127.0.0.1:5432/db``.
@@ -169,11 +173,14 @@ class IncidentApp:
         self._dbos = DBOS
         with closing(connect(self.paths.db)):  # labkit's schema, made or checked before DBOS starts
             pass
-        DBOS(config={
+        if self.paths.system_db is not None:
+            _fresh_system_db(self.paths.system_db, DBOS)
+        instance = DBOS(config={
             "name": APP_NAME, "system_database_url": self.paths.system_url, "application_version": app_version,
             "executor_id": executor_id, "log_level": "ERROR",
             "notification_listener_polling_interval_sec": RESULT_POLL_SECONDS,
         })
+        _poll_internal_queue(instance)
         self.workflow = _register(DBOS, self)
         DBOS.launch()
 
@@ -220,6 +227,51 @@ class IncidentApp:
 
     def close(self) -> None:
         self._dbos.destroy(destroy_registry=True)
+
+
+def _fresh_system_db(path: Path, DBOS: Any) -> None:
+    """Give a SQLite system database that does not exist yet a copy of one DBOS has just migrated.
+
+    A new system database replays every one of DBOS's schema migrations (125 of them in 3.4,
+    a fifth of a second), and the lab makes one per run it explores. They are replayed once,
+    by ``DBOS.migrate`` into a template file kept in the temporary folder under this DBOS
+    version's name, and each new system database starts as a copy of its bytes: what
+    ``DBOS.launch()`` would have made, which it then finds up to date. Linked into place, so
+    a database another process made meanwhile is never replaced.
+    """
+    if path.exists():
+        return
+    from importlib.metadata import version
+
+    template = Path(tempfile.gettempdir()) / f"labkit-dbos-{version('dbos')}-{os.getuid()}.sqlite"
+    if not template.exists():
+        making = template.with_name(f"{template.name}.{os.getpid()}")
+        making.unlink(missing_ok=True)
+        DBOS.migrate(f"sqlite:///{making}")
+        os.replace(making, template)  # whole or not at all, for every process that looks
+    copy = path.with_name(f"{path.name}.{os.getpid()}")
+    shutil.copyfile(template, copy)
+    try:
+        os.link(copy, path)
+    except FileExistsError:
+        pass  # another process made it first: DBOS migrates or opens that one
+    finally:
+        copy.unlink()
+
+
+def _poll_internal_queue(instance: Any) -> None:
+    """Poll DBOS's internal queue every RESULT_POLL_SECONDS instead of once a second.
+
+    DBOS 3 recovers a workflow by putting it on that queue; with the default, every recovery
+    waits about a second for work that takes milliseconds. DBOS has no setting for this queue,
+    so it is registered here, before ``launch`` starts its thread, with the interval DBOS's own
+    constructor takes (an internal call: if a later DBOS lacks it, the default stays).
+    """
+    from dbos._utils import INTERNAL_QUEUE_NAME
+
+    register = getattr(getattr(instance, "_registry", None), "_register_internal_queue", None)
+    if register is not None and INTERNAL_QUEUE_NAME not in instance._registry.internal_queue_map:
+        register(INTERNAL_QUEUE_NAME, polling_interval_sec=RESULT_POLL_SECONDS)
 
 
 def _register(DBOS: Any, app: IncidentApp) -> Any:

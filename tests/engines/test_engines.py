@@ -239,3 +239,31 @@ def test_a_labkit_error_inside_a_dbos_step_reaches_the_caller_under_its_own_name
     assert end.code == 1
     assert end.error.startswith("StepOrderError: run 'INC-1003' is at 'not_inspected'"), end.error
     assert [w["status"] for w in workflows_of(folder)] == ["ERROR"]
+
+
+def test_a_new_dbos_system_database_is_what_dbos_migrate_makes_and_an_existing_one_is_left_alone(tmp_path):
+    # New system databases start as a copy of a template DBOS migrated once (labkit.engines.dbos._fresh_system_db):
+    # the copy must hold the tables, indexes and migration version a system database of DBOS's own making has.
+    from dbos import DBOS
+
+    from labkit.engines.dbos import _fresh_system_db
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    assert _run_dbos(folder, INCIDENT, None, CrashPlan(CrashPoint.AFTER_READ)).killed
+    assert _recover_dbos(folder) == [INCIDENT]
+    own = tmp_path / "migrated.sqlite"
+    assert in_child(lambda: DBOS.migrate(f"sqlite:///{own}")).code == 0
+
+    def layout(path: Path) -> tuple:
+        with closing(sqlite3.connect(path)) as conn:
+            return (conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY type, name").fetchall(),
+                    conn.execute("SELECT version FROM dbos_migrations").fetchall())
+
+    assert layout(folder / "dbos-system.sqlite") == layout(own)
+    kept = tmp_path / "kept" / "dbos-system.sqlite"
+    kept.parent.mkdir()
+    kept.write_bytes(b"another process made this first")
+    _fresh_system_db(kept, DBOS)
+    assert kept.read_bytes() == b"another process made this first"
+    assert sorted(p.name for p in kept.parent.iterdir()) == ["dbos-system.sqlite"], "no copy left behind"

@@ -7,8 +7,7 @@ from collections.abc import Callable
 
 from ...invariants import check_invariants
 from ..lesson import restart_answers
-from ..processes import labkit_cli
-from .runner import clear_trials, new_trial, one_line, own_work, run_answer_once
+from .runner import clear_trials, labkit_cli_forked, new_trial, one_line, own_work, run_answer_once
 
 
 @one_line
@@ -22,7 +21,7 @@ def check_single_transaction_inspect(inspect_fn: Callable) -> None:
     clear_trials()
     own_work(inspect_fn, "Coordinator", "two_commit_inspect", "naive")
     trial = new_trial("04-exercise")
-    started = labkit_cli("run", "--db", trial.db, "--incident", "INC-1003", "--crash-at", "before_read")
+    started = labkit_cli_forked("run", "--db", trial.db, "--incident", "INC-1003", "--crash-at", "before_read")
     assert started.killed_by == "SIGKILL", f"could not prepare the run: {started.stderr.strip()}"
     clean = run_answer_once(inspect_fn, "inspect", trial.db, "INC-1003")
     assert clean.returncode == 0, f"your function failed on a plain run: {clean.stderr.strip()}"
@@ -34,12 +33,12 @@ def check_single_transaction_inspect(inspect_fn: Callable) -> None:
     print("✓ a plain run: evidence stored, step evidence_recorded")
 
     crashed = new_trial("04-exercise")
-    started = labkit_cli("run", "--db", crashed.db, "--incident", "INC-1003", "--crash-at", "before_read")
+    started = labkit_cli_forked("run", "--db", crashed.db, "--incident", "INC-1003", "--crash-at", "before_read")
     killed = run_answer_once(inspect_fn, "inspect", crashed.db, "INC-1003", kill_before="advance_txn")
     assert killed.killed_by == "SIGKILL", (
         f"your function never called advance_txn, so it could not be killed there ({killed.status}: {killed.stderr.strip()})"
     )
-    recovered = labkit_cli("recover", "--db", crashed.db)
+    recovered = labkit_cli_forked("recover", "--db", crashed.db)
     assert recovered.returncode == 0, (
         f"after a kill between storing the evidence and moving the step, recovery failed: {recovered.stderr.strip()} "
         "(was the evidence committed on its own, before the step?)"

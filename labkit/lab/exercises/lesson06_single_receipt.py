@@ -9,8 +9,8 @@ from contextlib import closing
 
 from ...coordinator import WORKFLOW_VERSION
 from ...receipts import receipt_id_for
-from ..processes import labkit_cli, race_commands
-from .runner import clear_trials, new_trial, one_line, own_work, returned_value, run_answer, run_answer_once
+from ..processes import race_commands
+from .runner import clear_trials, labkit_cli_forked, new_trial, one_line, own_work, returned_value, run_answer, run_answer_once
 
 
 @one_line
@@ -27,7 +27,7 @@ def check_idempotent_completion(complete: Callable, workers: int = 3) -> None:
     clear_trials()
     own_work(complete, "Coordinator")
     trial = new_trial("06-exercise")
-    prepared = labkit_cli("run", "--db", trial.db, "--incident", "INC-1006", "--crash-at", "after_evidence_commit")
+    prepared = labkit_cli_forked("run", "--db", trial.db, "--incident", "INC-1006", "--crash-at", "after_evidence_commit")
     assert prepared.killed_by == "SIGKILL", f"could not prepare the run: {prepared.stderr.strip()}"
     commands = [run_answer(complete, "complete", trial.db, "INC-1006", pause_before="transaction") for _ in range(workers)]
     outcomes = race_commands(commands)

@@ -18,10 +18,9 @@ from ...provider import list_incidents
 from ...recovery import recover
 from ...versioning import reevaluate
 from ..naive import coordinator_class
-from ..processes import labkit_cli
 from ..ticket_service import TicketService
 from ..workspace import Workspace
-from .runner import answer_is_a_function, clear_trials, one_line, own_work, refuse_if_called, source_of, watching_labkit
+from .runner import answer_is_a_function, clear_trials, labkit_cli_forked, one_line, own_work, refuse_if_called, source_of, watching_labkit
 
 
 @dataclass(frozen=True)
@@ -56,7 +55,7 @@ def evaluation_cases() -> list[EvaluationCase]:
 
 
 def _killed(space: Workspace, incident: str, point: str, *options: str) -> None:
-    child = labkit_cli("run", "--db", space.db, "--incident", incident, "--crash-at", point, *options)
+    child = labkit_cli_forked("run", "--db", space.db, "--incident", incident, "--crash-at", point, *options)
     assert child.killed_by == "SIGKILL", f"the child armed at {point} was not killed: {child.status} {child.message}"
 
 

@@ -30,6 +30,7 @@ import shutil
 import signal
 import sqlite3
 import sys
+import tempfile
 import textwrap
 import threading
 import types
@@ -44,7 +45,7 @@ from ...children import in_child
 from ...clock import clock_from_env
 from ...database import holds_write_lock, read_transaction
 from ...store import latest_time_txn, snapshot
-from ..processes import ChildOutcome, child_env, run_in_child
+from ..processes import ChildOutcome, child_env
 from ..workspace import Workspace
 
 #: The names an answer may use without importing them (it may also import from labkit).
@@ -420,6 +421,35 @@ def run_answer_once(function: Callable, kind: str, db: Path, incident: str, **ho
                         err.read_text(encoding="utf-8", errors="replace"))
 
 
+def labkit_cli_forked(*args: str | Path) -> ChildOutcome:
+    """``labkit ARGS`` (``labkit.cli.main``) in a child forked from this process, to its end or its kill.
+
+    What :func:`~labkit.lab.processes.labkit_cli` does for a check's own preparations (a run
+    killed at a crash point, a recovery), without a new interpreter: the child is a process of
+    its own, with the environment a started child gets (the pinned clock), and an armed crash
+    point SIGKILLs it for real; it only skips the third of a second a new Python spends
+    importing labkit. For a database that this process holds no connection to (a trial made
+    for the check): a forked SQLite must not share a file with its parent's open connections.
+    """
+    words = [str(a) for a in args]
+    environment = child_env()
+
+    def command() -> None:  # pragma: no cover - the child
+        import labkit.cli
+
+        os.environ.clear()
+        os.environ.update(environment)
+        sys.exit(labkit.cli.main(words))
+
+    with tempfile.TemporaryDirectory(prefix="labkit-check-") as folder:
+        out, err = Path(folder) / "out", Path(folder) / "err"
+        end = in_child(command, output=(out, err))
+        printed = out.read_text(encoding="utf-8", errors="replace")
+        said = err.read_text(encoding="utf-8", errors="replace")
+    shown = "labkit " + " ".join(Path(w).name if os.sep in w else w for w in words)
+    return ChildOutcome(shown, end.code if end.code is not None else 1, printed, said or end.error)
+
+
 def child_main() -> None:  # pragma: no cover - runs in the child process
     """The child's side of :func:`run_answer`, started as a new interpreter (races)."""
     spec = json.loads(Path(sys.argv[1]).read_text(encoding="utf-8"))
@@ -524,7 +554,7 @@ def killed_at(name: str, incident: str, point: str) -> Workspace:
     original = _KILLED.get(key)
     if original is None or not original.db.exists():
         original = Workspace.create(name)
-        child = run_in_child(original.db, incident, crash_at=point)
+        child = labkit_cli_forked("run", "--db", original.db, "--incident", incident, "--crash-at", point)
         assert child.killed_by == "SIGKILL", f"the child armed at {point} was not killed: {child.status}"
         _KILLED[key] = original
     trial = new_trial(name)
