@@ -214,8 +214,8 @@ class IncidentApp:
 
         With ``executor_ids``, this process also takes over the PENDING workflows those
         executors left (a worker that died on another host). DBOS 3 recovers by putting each
-        workflow back on an internal queue, which its own thread polls once a second: a
-        recovery takes about that long even when the work takes milliseconds.
+        workflow back on an internal queue, which its own thread polls once a second by default
+        (every RESULT_POLL_SECONDS here: :func:`_poll_internal_queue`).
         """
         if executor_ids:
             self._dbos._recover_pending_workflows(executor_ids)  # what DBOS Conductor asks a live executor to do
