@@ -7,13 +7,10 @@ has a counter-case that gives a different answer, so the test can fail.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from labkit.crashpoints import UnknownCrashPoint
 from labkit.engines import UnknownEngine
-from labkit.engines.temporal import ADDRESS_ENV
 from labkit.errors import BadInput
 from labkit.lab.engine_demos import (
     PLAIN_STEP,
@@ -23,22 +20,6 @@ from labkit.lab.engine_demos import (
     scorecard_table,
     scorecards,
 )
-from labkit.lab.temporal_server import TemporalServer
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """A dev server for this module, named in ADDRESS_ENV so that forked workers find it (as tests/engines/test_temporal.py does)."""
-    before = os.environ.get(ADDRESS_ENV)
-    with TemporalServer(tmp_path_factory.mktemp("temporal") / "temporal.sqlite") as started:
-        os.environ[ADDRESS_ENV] = started.address
-        try:
-            yield started
-        finally:
-            if before is None:
-                del os.environ[ADDRESS_ENV]
-            else:
-                os.environ[ADDRESS_ENV] = before
 
 
 def test_a_timed_out_attempts_late_result_is_refused_by_the_service_and_the_fresh_one_accepted(tmp_path):
@@ -57,13 +38,13 @@ def test_a_timed_out_attempts_late_result_is_refused_by_the_service_and_the_fres
     ]
 
 
-def test_the_same_attempt_completed_within_its_timeout_is_accepted(server, tmp_path):
+def test_the_same_attempt_completed_within_its_timeout_is_accepted(temporal_server, tmp_path):
     """The counter-case: the refusal above is about lateness, not about completing by token from outside the worker."""
-    seen = late_result_refused(tmp_path, server.address, in_time=True)
+    seen = late_result_refused(tmp_path, temporal_server.address, in_time=True)
     assert (seen.late_attempt, seen.late) == (1, "accepted")
     assert seen.result_attempt == 1 and seen.started == (1,)
     assert seen.lines()[0] == "attempt 1 completed within its timeout: accepted"
-    again = late_result_refused(tmp_path, server.address)  # the same folder and server again: a workflow of its own
+    again = late_result_refused(tmp_path, temporal_server.address)  # the same folder and server again: a workflow of its own
     assert (again.late, again.fresh, again.result_attempt) == ("NOT_FOUND", "accepted", 2)
 
 
@@ -103,7 +84,7 @@ SIXTEEN = {"runs": 16, "completed": 16, "correct": 14, "scored": 16, "duplicate 
            "rereads": 0, "uncertain": 0}
 
 
-def test_all_four_engines_give_the_same_scorecards_on_the_sixteen_incidents(server, tmp_path):
+def test_all_four_engines_give_the_same_scorecards_on_the_sixteen_incidents(temporal_server, tmp_path):
     """"Evaluated the same way", measured: both scorecards of every incident, one card per engine, all equal."""
     table = scorecard_table(tmp_path)
     assert [card.engine for card in table.cards] == ["labkit", "dbos", "temporal", "langgraph"]

@@ -7,7 +7,6 @@ SIGKILLed at a crash point and started again; nothing here stands in for the ser
 
 from __future__ import annotations
 
-import os
 import socket
 import sqlite3
 from contextlib import closing
@@ -25,21 +24,6 @@ from labkit.lab.ticket_service import ticket_service
 from labkit.provider import CallLog, ReferenceProvider, call_log_for
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    """A dev server for this module, named in ADDRESS_ENV so that forked workers (and the explorer) find it."""
-    before = os.environ.get(ADDRESS_ENV)
-    with TemporalServer(tmp_path_factory.mktemp("temporal") / "temporal.sqlite") as started:
-        os.environ[ADDRESS_ENV] = started.address
-        try:
-            yield started
-        finally:
-            if before is None:
-                del os.environ[ADDRESS_ENV]
-            else:
-                os.environ[ADDRESS_ENV] = before
-
-
 def _listening(port: int) -> bool:
     with socket.socket() as probe:
         probe.settimeout(1)
@@ -55,7 +39,7 @@ def test_the_dev_server_listens_on_loopback_with_its_own_file_and_stops(tmp_path
     assert not started.running and not _listening(int(port))
 
 
-def test_a_read_activity_killed_after_the_answer_runs_again_and_the_providers_log_shows_it(server, tmp_path):
+def test_a_read_activity_killed_after_the_answer_runs_again_and_the_providers_log_shows_it(temporal_server, tmp_path):
     """The history keeps the read's result once, from its second attempt; the provider was asked twice."""
     killed = in_child(lambda: engine("temporal").drive(tmp_path, CrashPlan(CrashPoint.AFTER_READ), None))
     assert killed.killed
@@ -66,7 +50,7 @@ def test_a_read_activity_killed_after_the_answer_runs_again_and_the_providers_lo
     assert (tmp_path / "recover.out").read_text().strip() == "1"
     assert CallLog(call_log_for(tmp_path / "lab.db")).reads_of(INCIDENT) == 2
     assert CrashPoint.AFTER_READ in engine("temporal").read_window
-    events = history_of(server.address, tmp_path)
+    events = history_of(temporal_server.address, tmp_path)
     started = [e for e in events if e["type"] == "activity_task_started" and e["activity"] == "read_diagnostic"]
     assert [e["attempt"] for e in started] == [2]  # the first attempt died with its worker: no result recorded
     completed = [e["activity"] for e in events if e["type"] == "activity_task_completed"]
@@ -74,7 +58,7 @@ def test_a_read_activity_killed_after_the_answer_runs_again_and_the_providers_lo
     assert events[-1]["type"] == "workflow_execution_completed"
 
 
-def test_a_ticket_activity_keyed_by_attempt_turns_its_row_red(server, tmp_path):
+def test_a_ticket_activity_keyed_by_attempt_turns_its_row_red(temporal_server, tmp_path):
     """The deliberately broken activity: killed after the send, its retry opens a second ticket, and invariant 8 says so."""
     broken = run_scenario(Scenario("run", ("after_send",), "ticket_key_per_attempt", "temporal"), tmp_path / "broken")
     assert broken.reached == (True,)
@@ -82,7 +66,7 @@ def test_a_ticket_activity_keyed_by_attempt_turns_its_row_red(server, tmp_path):
     assert "2 tickets" in broken.broken[8]  # the same kill with the key from the activity's identity: test_engines.py, 1 ticket
 
 
-def test_both_scorecards_read_a_temporal_run_as_they_read_a_labkit_one(server, tmp_path):
+def test_both_scorecards_read_a_temporal_run_as_they_read_a_labkit_one(temporal_server, tmp_path):
     incidents = ReferenceProvider(tmp_path / "probe.log").incidents()[:4]
     scores = {}
     for name in ("labkit", "temporal"):
@@ -98,13 +82,13 @@ def test_both_scorecards_read_a_temporal_run_as_they_read_a_labkit_one(server, t
     assert scores["temporal"]["recovery"]["completed"] == len(incidents)
 
 
-def test_an_unknown_incident_is_refused_before_the_server_records_anything(server, tmp_path):
+def test_an_unknown_incident_is_refused_before_the_server_records_anything(temporal_server, tmp_path):
     end = in_child(lambda: engine("temporal").drive(tmp_path, NO_CRASH, None, "INC-9999"))
     assert end.code == 1 and "UnknownIncident" in end.error and "INC-9999" in end.error
     with closing(sqlite3.connect(tmp_path / "lab.db")) as conn:
         assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
     with pytest.raises(RuntimeError, match="reading the history ended exit 1"):
-        history_of(server.address, tmp_path, "INC-9999")  # no such workflow on the server
+        history_of(temporal_server.address, tmp_path, "INC-9999")  # no such workflow on the server
 
 
 def test_bad_temporal_options_are_refused_in_one_line(tmp_path, monkeypatch):
@@ -134,11 +118,11 @@ def test_the_history_outlives_the_server_in_its_sqlite_file(tmp_path):
     assert CallLog(call_log_for(work / "lab.db")).reads_of(INCIDENT) == 2
 
 
-def test_a_recorded_history_refuses_an_unguarded_change_and_replays_under_a_patch(server, tmp_path):
+def test_a_recorded_history_refuses_an_unguarded_change_and_replays_under_a_patch(temporal_server, tmp_path):
     """The counterpart of 08's versioning: an activity added before the read breaks the replay of a recorded run."""
     end = in_child(lambda: engine("temporal").drive(tmp_path, NO_CRASH, None))
     assert end.code == 0, end
-    assert replay(server.address, tmp_path, "current") == "replayed"
-    refused = replay(server.address, tmp_path, "paging")
+    assert replay(temporal_server.address, tmp_path, "current") == "replayed"
+    refused = replay(temporal_server.address, tmp_path, "paging")
     assert refused.startswith("NondeterminismError") and "page_oncall" in refused and "read_diagnostic" in refused, refused
-    assert replay(server.address, tmp_path, "paging-patched") == "replayed"
+    assert replay(temporal_server.address, tmp_path, "paging-patched") == "replayed"
