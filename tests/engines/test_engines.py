@@ -180,11 +180,12 @@ def test_both_scorecards_read_a_dbos_run_as_they_read_a_labkit_one(tmp_path):
 def test_dbos_recovers_a_workflow_only_under_the_application_version_that_started_it(tmp_path):
     folder = tmp_path / "versions"
     folder.mkdir()
-    assert _run_dbos(folder, INCIDENT, None, CrashPlan(CrashPoint.AFTER_READ), app_version="incidents-1").killed
-    assert _recover_dbos(folder, app_version="incidents-2") == []
+    # Started under a version that is not the default, so a process that ignored its version shows.
+    assert _run_dbos(folder, INCIDENT, None, CrashPlan(CrashPoint.AFTER_READ), app_version="incidents-2").killed
+    assert _recover_dbos(folder, app_version="incidents-1") == []
     [waiting] = workflows_of(folder)
-    assert (waiting["status"], waiting["app_version"]) == ("PENDING", "incidents-1")
-    assert _recover_dbos(folder, app_version="incidents-1") == [INCIDENT]
+    assert (waiting["status"], waiting["app_version"]) == ("PENDING", "incidents-2")
+    assert _recover_dbos(folder, app_version="incidents-2") == [INCIDENT]
     [done] = workflows_of(folder)
     assert done["status"] == "SUCCESS"
     assert CallLog(Paths.of(folder).call_log).reads_of(INCIDENT) == 2  # killed after the provider answered
