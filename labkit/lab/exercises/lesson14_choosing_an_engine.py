@@ -44,8 +44,22 @@ EVIDENCE_STEP_INCIDENT = "INC-1003"
 EVIDENCE_STEP_KILL = "after_evidence_commit"
 
 
+class _SaidCalls:
+    """What a trial's function said at each call: ``calls`` holds "returned ..." and "raised ..." lines."""
+
+    calls: tuple[str, ...]
+
+    @property
+    def returned(self) -> list[str]:
+        return [call.removeprefix("returned ") for call in self.calls if call.startswith("returned ")]
+
+    @property
+    def raised(self) -> list[str]:
+        return [call.removeprefix("raised ") for call in self.calls if call.startswith("raised ")]
+
+
 @dataclass(frozen=True)
-class EvidenceStepTrial:
+class EvidenceStepTrial(_SaidCalls):
     """What one DBOS run of the incident workflow left, with a given record_evidence step.
 
     ``ends`` are the children's ends (the run's, then the recovery's when the run was
@@ -66,14 +80,6 @@ class EvidenceStepTrial:
 
     def rows(self) -> tuple:
         return (self.step, self.evidence_rows, self.transitions, self.receipt, self.status)
-
-    @property
-    def returned(self) -> list[str]:
-        return [call.removeprefix("returned ") for call in self.calls if call.startswith("returned ")]
-
-    @property
-    def raised(self) -> list[str]:
-        return [call.removeprefix("raised ") for call in self.calls if call.startswith("raised ")]
 
 
 def _said(log: Path, line: str) -> None:
@@ -354,7 +360,7 @@ TICKET_NODE_OWN = ("ticket_key", "_key_per_attempt", "_open_ticket", "open_ticke
 
 
 @dataclass(frozen=True)
-class TicketThread:
+class TicketThread(_SaidCalls):
     """One thread of :func:`ticket_node_trial`: its ids, what the learner's function did, what it left."""
 
     thread: str
@@ -369,14 +375,6 @@ class TicketThread:
     def runs(self) -> int:
         """How many times the node called the function for this thread (a kill ends a call without a word)."""
         return self.calls.count("started")
-
-    @property
-    def returned(self) -> list[str]:
-        return [call.removeprefix("returned ") for call in self.calls if call.startswith("returned ")]
-
-    @property
-    def raised(self) -> list[str]:
-        return [call.removeprefix("raised ") for call in self.calls if call.startswith("raised ")]
 
 
 @dataclass(frozen=True)
