@@ -418,29 +418,33 @@ def observation_of(snapshot: dict) -> dict:
         body["observed_at"] = snapshot["opened_at"]
     node, nodes, queue = snapshot.get("node"), snapshot.get("nodes"), snapshot.get("queue")
     if node is not None:
-        body["node"] = _subset(node, _NODE_FIELDS) if isinstance(node, dict) else node
+        body["node"] = subset(node, _NODE_FIELDS) if isinstance(node, dict) else node
     if isinstance(nodes, list):
-        body["nodes"] = [_subset(n, _CLUSTER_NODE_FIELDS) if isinstance(n, dict) else n for n in nodes]
+        body["nodes"] = [subset(n, _CLUSTER_NODE_FIELDS) if isinstance(n, dict) else n for n in nodes]
     elif nodes is not None:
         body["nodes"] = nodes
     if queue is not None and not isinstance(queue, dict):
         body["queue"] = queue
     elif isinstance(queue, dict):
-        body["queue"] = _subset(queue, _QUEUE_FIELDS)
+        body["queue"] = subset(queue, _QUEUE_FIELDS)
         arguments, change, stats = queue.get("arguments"), queue.get("messages_details"), queue.get("message_stats")
         if isinstance(arguments, dict):
-            body["queue"]["arguments"] = _subset(arguments, _ARGUMENTS)
+            body["queue"]["arguments"] = subset(arguments, _ARGUMENTS)
         if isinstance(change, dict):
-            body["queue"]["messages_details"] = _subset(change, ("rate",))
+            body["queue"]["messages_details"] = subset(change, ("rate",))
         if isinstance(stats, dict):
             body["queue"]["message_stats"] = {
-                key: _subset(stats[key], ("rate",)) if isinstance(stats[key], dict) else stats[key]
+                key: subset(stats[key], ("rate",)) if isinstance(stats[key], dict) else stats[key]
                 for key in _RATES if key in stats
             }
     return body
 
 
-def _subset(source: dict, keys: tuple[str, ...]) -> dict:
+def subset(source: dict, keys: tuple[str, ...]) -> dict:
+    """The entries of ``source`` under ``keys``, values as they came; a key it lacks stays absent.
+
+    Both providers cut a broker's answer to the snapshot's fields with it (labkit.rabbitmq too).
+    """
     return {key: source[key] for key in keys if key in source}
 
 

@@ -34,7 +34,7 @@ from .clock import Clock, SystemClock
 from .contract import MAX_DIAGNOSTIC_BYTES
 from .errors import BadSetting, BrokerObjectMissing, ProviderUnavailable
 from .jsontext import JsonProblem, strict_loads
-from .provider import CallLog, Reading, answer
+from .provider import CallLog, Reading, answer, subset
 from .redaction import redact_line
 from .rules import check_rules_revision
 
@@ -188,9 +188,9 @@ class RabbitMQProvider:
         host = queue.get("node")
         if isinstance(host, str):
             node = self._object(f"/api/nodes/{_segment(host)}", missing=f"the node {host!r} hosting {where} is not known")
-            snapshot["node"] = _subset(node, _NODE_FIELDS)
+            snapshot["node"] = subset(node, _NODE_FIELDS)
         # Without a node name the snapshot has no `node`: the contract names what is missing.
-        snapshot["nodes"] = [_subset(entry, _NODE_FIELDS) if isinstance(entry, dict) else entry for entry in nodes]
+        snapshot["nodes"] = [subset(entry, _NODE_FIELDS) if isinstance(entry, dict) else entry for entry in nodes]
         snapshot["queue"] = queue_subset(queue)
         return snapshot
 
@@ -283,10 +283,6 @@ def _start(body: bytes) -> str:
     return repr(redact_line(body[:120].decode("utf-8", "replace"), 80))
 
 
-def _subset(source: dict, keys: tuple[str, ...]) -> dict:
-    return {key: source[key] for key in keys if key in source}
-
-
 def _broker_fields(overview: dict) -> dict:
     """``/api/overview``'s product, version and cluster name under the snapshot's names."""
     names = (("product_name", "product"), ("rabbitmq_version", "version"), ("cluster_name", "cluster_name"))
@@ -300,10 +296,10 @@ def queue_subset(queue: dict) -> dict:
     samples and averages a broker may add are left out); a counter the broker has not sent is
     not there, and a part of the wrong type is kept as it came.
     """
-    kept = _subset(queue, _QUEUE_FIELDS)
+    kept = subset(queue, _QUEUE_FIELDS)
     change, stats, consumers = kept.get("messages_details"), kept.get("message_stats"), kept.get("consumer_details")
     if isinstance(change, dict):
-        kept["messages_details"] = _subset(change, ("rate",))
+        kept["messages_details"] = subset(change, ("rate",))
     if isinstance(stats, dict):
         counters: dict = {}
         for counter in _COUNTERS:
@@ -311,7 +307,7 @@ def queue_subset(queue: dict) -> dict:
                 counters[counter] = stats[counter]
             details = f"{counter}_details"
             if details in stats:
-                counters[details] = _subset(stats[details], ("rate",)) if isinstance(stats[details], dict) else stats[details]
+                counters[details] = subset(stats[details], ("rate",)) if isinstance(stats[details], dict) else stats[details]
         kept["message_stats"] = counters
     if isinstance(consumers, list):
         kept["consumer_details"] = [_consumer_subset(entry) if isinstance(entry, dict) else entry for entry in consumers]
@@ -319,10 +315,10 @@ def queue_subset(queue: dict) -> dict:
 
 
 def _consumer_subset(consumer: dict) -> dict:
-    kept = _subset(consumer, _CONSUMER_FIELDS)
+    kept = subset(consumer, _CONSUMER_FIELDS)
     channel, queue = kept.get("channel_details"), kept.get("queue")
     if isinstance(channel, dict):
-        kept["channel_details"] = _subset(channel, _CHANNEL_FIELDS)
+        kept["channel_details"] = subset(channel, _CHANNEL_FIELDS)
     if isinstance(queue, dict):
-        kept["queue"] = _subset(queue, ("name", "vhost"))
+        kept["queue"] = subset(queue, ("name", "vhost"))
     return kept

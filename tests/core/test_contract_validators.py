@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from json_paths import at, paths
 
 import labkit
 from labkit.contract import _compiled, _validator, check_evidence
@@ -95,23 +96,6 @@ def test_both_validators_agree_on_every_shipped_document(name, document):
 def valid() -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         return json.loads(labkit.ReferenceProvider(Path(scratch) / "calls.jsonl").read("INC-1001"))
-
-
-def paths(value, prefix=()) -> list[tuple]:
-    found = [prefix]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found += paths(item, (*prefix, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found += paths(item, (*prefix, index))
-    return found
-
-
-def at(body, path):
-    for part in path:
-        body = body[part]
-    return body
 
 
 ALL_PATHS = paths(valid())

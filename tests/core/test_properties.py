@@ -46,6 +46,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from json_paths import at, paths
 
 import labkit
 from labkit import CrashPlan, CrashPoint, Step
@@ -77,29 +78,11 @@ def valid_answer() -> bytes:
         return labkit.ReferenceProvider(Path(scratch) / "calls.jsonl").read(INCIDENT)
 
 
-def paths(value, prefix=()) -> list[tuple]:
-    """Every path into a JSON value: keys of objects, indexes of arrays (the root is ())."""
-    found = [prefix]
-    if isinstance(value, dict):
-        for key, item in value.items():
-            found += paths(item, (*prefix, key))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            found += paths(item, (*prefix, index))
-    return found
-
-
-def _get(body, path):
-    for part in path:
-        body = body[part]
-    return body
-
-
 VALID = json.loads(valid_answer())
 ALL_PATHS = paths(VALID)
 INNER_PATHS = [path for path in ALL_PATHS if path]
-OBJECT_PATHS = [path for path in ALL_PATHS if isinstance(_get(VALID, path), dict)]
-NUMBER_PATHS = [path for path in ALL_PATHS if type(_get(VALID, path)) in (int, float)]
+OBJECT_PATHS = [path for path in ALL_PATHS if isinstance(at(VALID, path), dict)]
+NUMBER_PATHS = [path for path in ALL_PATHS if type(at(VALID, path)) in (int, float)]
 
 json_scalars = (
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12)
@@ -128,7 +111,7 @@ def set_at(body, path, value):
     body = copy.deepcopy(body)
     if not path:
         return value
-    _get(body, path[:-1])[path[-1]] = value
+    at(body, path[:-1])[path[-1]] = value
     return body
 
 
@@ -136,7 +119,7 @@ def set_at(body, path, value):
 def dropped(draw) -> bytes:
     path = draw(st.sampled_from(INNER_PATHS))
     body = copy.deepcopy(VALID)
-    del _get(body, path[:-1])[path[-1]]
+    del at(body, path[:-1])[path[-1]]
     return spelled(body)
 
 
@@ -144,7 +127,7 @@ def dropped(draw) -> bytes:
 def added(draw) -> bytes:
     path = draw(st.sampled_from(OBJECT_PATHS))
     body = copy.deepcopy(VALID)
-    _get(body, path)[draw(st.text(max_size=12))] = draw(json_values)
+    at(body, path)[draw(st.text(max_size=12))] = draw(json_values)
     return spelled(body)
 
 
