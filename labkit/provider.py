@@ -443,7 +443,7 @@ def observation_of(snapshot: dict) -> dict:
 def subset(source: dict, keys: tuple[str, ...]) -> dict:
     """The entries of ``source`` under ``keys``, values as they came; a key it lacks stays absent.
 
-    Both providers cut a broker's answer to the snapshot's fields with it (labkit.rabbitmq too).
+    How this module and labkit.rabbitmq cut a broker's answer to the snapshot's fields.
     """
     return {key: source[key] for key in keys if key in source}
 
