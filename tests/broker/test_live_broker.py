@@ -437,7 +437,7 @@ def test_lesson_07s_live_read_gets_the_verdict_its_replay_gets(monkeypatch, tmp_
 
     if not live_broker.broker_installed():
         pytest.skip("rabbitmq-server is not installed here: the lesson replays its capture (the test above)")
-    live = live_broker.read_backlog(tmp_path / "live")
+    live = live_broker.read_backlog(tmp_path / "live", replay_if_not_started=False)
     assert live.source.startswith("a live RabbitMQ 3.10.8 on 127.0.0.1")
     assert live.snapshot["queue"]["messages"] == live_broker.BACKLOG
     monkeypatch.setattr(live_broker, "SERVER", tmp_path / "no-rabbitmq-server")
@@ -445,6 +445,25 @@ def test_lesson_07s_live_read_gets_the_verdict_its_replay_gets(monkeypatch, tmp_
     for revision in (1, 2, 3):
         assert live_broker.verdict(live, revision) == live_broker.verdict(replayed, revision)
     assert not (tmp_path / "live" / "rabbitmq.state").exists()  # its node was stopped, its state cleared
+
+
+def test_lesson_07s_node_that_does_not_start_is_replayed_with_the_reason(monkeypatch, tmp_path, broker_url):
+    """A real start that fails (no time allowed to boot): the cell replays and names why; strict, it raises that line."""
+    from labkit.lab import live_broker
+
+    if not live_broker.broker_installed():
+        pytest.skip("rabbitmq-server is not installed here")
+    monkeypatch.setenv("LABKIT_RABBITMQ_BOOT_SECONDS", "0")
+    why = "the node did not answer on its management port within 0 s (attempt 1)"
+    with pytest.raises(live_broker.BrokerDidNotStart) as refused:
+        live_broker.read_backlog(tmp_path / "strict", replay_if_not_started=False)
+    assert str(refused.value) == why
+    replayed = live_broker.read_backlog(tmp_path / "lenient")
+    capture = "data/captures/rabbitmq-3.10.8/INC-9013-no-consumers-backlog.json"
+    assert replayed.source == f"replayed {capture} (the live broker did not start: {why})"
+    assert live_broker.verdict(replayed, 3) == {"contract": "accepted", "diagnosis": "consumer_outage"}
+    for folder in ("strict", "lenient"):  # each failed start stopped its node and cleared its state
+        assert not (tmp_path / folder / "rabbitmq.state").exists()
 
 
 # --------------------------------------------------------------------------- judging a folder of captures
