@@ -1,6 +1,17 @@
-"""Paths into a JSON value, shared by the property tests that change one part of a valid document."""
+"""Shared by the property tests that change one part of a valid document: the document, and paths into it."""
 
 from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import labkit
+
+
+def reference_answer(incident: str) -> bytes:
+    """Today's reference provider's answer for ``incident`` (its call log in a folder thrown away): a valid document."""
+    with tempfile.TemporaryDirectory() as scratch:
+        return labkit.ReferenceProvider(Path(scratch) / "calls.jsonl").read(incident)
 
 
 def paths(value, prefix=()) -> list[tuple]:

@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import copy
 import json
-import tempfile
 from functools import cache
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from json_paths import at, paths
+from json_paths import at, paths, reference_answer
 
-import labkit
 from labkit.contract import _compiled, _validator, check_evidence
 from labkit.errors import EvidenceRejected
 from labkit.jsontext import JsonProblem, strict_loads
@@ -94,8 +92,7 @@ def test_both_validators_agree_on_every_shipped_document(name, document):
 
 @cache
 def valid() -> dict:
-    with tempfile.TemporaryDirectory() as scratch:
-        return json.loads(labkit.ReferenceProvider(Path(scratch) / "calls.jsonl").read("INC-1001"))
+    return json.loads(reference_answer("INC-1001"))
 
 
 ALL_PATHS = paths(valid())

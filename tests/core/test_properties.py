@@ -46,7 +46,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
-from json_paths import at, paths
+from json_paths import at, paths, reference_answer
 
 import labkit
 from labkit import CrashPlan, CrashPoint, Step
@@ -74,8 +74,7 @@ RULES = {
 @cache
 def valid_answer() -> bytes:
     """Today's reference provider's answer for INCIDENT, the seed of every mutation."""
-    with tempfile.TemporaryDirectory() as scratch:
-        return labkit.ReferenceProvider(Path(scratch) / "calls.jsonl").read(INCIDENT)
+    return reference_answer(INCIDENT)
 
 
 VALID = json.loads(valid_answer())
