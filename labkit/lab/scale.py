@@ -172,7 +172,9 @@ def scale_table(timings: list[Timing], startup: float) -> str:
         if len(sizes) > 1:
             first, last = row[sizes[0]], row[sizes[-1]]
             line += f"{growth_exponent(first, last):>10.2f}"
-            if first.seconds > 2 * startup:  # less than that is mostly start-up, and its difference mostly noise
+            # Only where both times are mostly work: less than twice the start-up is mostly start-up, and the
+            # difference mostly noise (on a busy machine the larger size can even take less than one start-up).
+            if min(first.seconds, last.seconds) > 2 * startup:
                 less = [Timing(t.command, t.runs, t.seconds - startup) for t in (first, last)]
                 line += f"{growth_exponent(*less):>15.2f}"
             else:

@@ -274,6 +274,22 @@ def test_the_scale_table_times_every_command_and_prints_the_exponent_of_its_rows
         assert float(exponent) == pytest.approx(expected, abs=0.05 + 0.01 / float(first)), line
 
 
+def test_the_less_start_up_exponent_is_left_out_where_either_time_is_mostly_start_up():
+    """A busy machine once timed the larger size at under one start-up (0.99 s, then 0.16 s, start-up 0.19 s): the
+    column says '-' rather than taking the log of a negative time; where both are mostly work it is their exponent."""
+    from labkit.lab import scale
+
+    def row(command: str, first: float, last: float) -> list[str]:
+        timings = [scale.Timing(c, n, first if n == 4 else last) for c in scale.COMMANDS for n in (4, 8)]
+        [line] = [line for line in scale.scale_table(timings, 0.19).splitlines() if line.startswith(command + " ")]
+        return line.split()
+
+    assert row("evaluate", 0.99, 0.16)[-1] == "-"  # 0.16 - 0.19 < 0
+    assert row("evaluate", 0.99, 0.35)[-1] == "-"  # the larger under twice the start-up
+    assert row("evaluate", 0.30, 2.00)[-1] == "-"  # the smaller under twice the start-up
+    assert float(row("evaluate", 0.59, 0.99)[-1]) == pytest.approx(math.log(0.80 / 0.40) / math.log(2), abs=0.01)
+
+
 def test_seeded_runs_are_labkits_own_rows(tmp_path: Path):
     """The scale's seed is labkit's create_run_txn: the runs it leaves are what `labkit run` leaves before its first read."""
     from labkit.lab import scale
