@@ -93,11 +93,12 @@ reset: $(STAMP)
 # must run in order in one kernel (nbval, one notebook after another, beside them; its report
 # is printed when both are done). --run-all-again: after nbval's pass, each notebook's cells run
 # again in the same kernel (conftest.py's RunAllAgain), so that check costs one Run All, not two.
+# --durations=20: the slowest unit tests are listed at the end, where the time of the command goes.
 UNIT_WORKERS ?= $(shell echo $$(( $$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) + 1 )))
 test: $(DEV_STAMP)
 	@mkdir -p build; status=0; \
 	$(BIN)/python -m pytest notebooks -n 0 --run-all-again > build/nbval.log 2>&1 & nbval=$$!; \
-	$(BIN)/python -m pytest tests -n $(UNIT_WORKERS) --dist worksteal || status=1; \
+	$(BIN)/python -m pytest tests -n $(UNIT_WORKERS) --dist worksteal --durations=20 || status=1; \
 	wait $$nbval || status=1; \
 	echo "== strict nbval over every notebook (build/nbval.log) =="; cat build/nbval.log; \
 	exit $$status
