@@ -35,6 +35,30 @@ def test_no_answer_and_a_refusal_keep_one_ticket_at_a_service_without_keys():
         assert trial.again_unchanged, trial
 
 
+def test_a_judge_that_refuses_a_case_ends_the_trials_there():
+    """Exercise 9.1's check judges each case as it is recovered: a wrong answer hears about its first failing case
+    without the later ones being recovered (their recoveries never ask the look-up's decision)."""
+    from labkit.lab.exercises.lesson09_external_effects import RECONCILIATION_CASES
+
+    judged, asked, asked_when_judged = [], [], []
+
+    def decide(lookup):
+        asked.append(lookup.outcome)
+        return reconciliation_decision(lookup)
+
+    def judge(trial):
+        judged.append(trial.case)
+        asked_when_judged.append(len(asked))
+        if len(judged) == 2:
+            raise AssertionError(f"refused {trial.case}")
+
+    second = RECONCILIATION_CASES[1][0]
+    with pytest.raises(AssertionError, match=f"refused {second}"):
+        reconciliation_trials(decide, judge=judge)
+    assert judged == [RECONCILIATION_CASES[0][0], second]
+    assert 0 < asked_when_judged[0] < asked_when_judged[1] == len(asked)  # nothing was asked after the refusal
+
+
 def test_the_effects_table_refuses_done_without_a_ticket(lab):
     with closing(lab.connect()) as conn:
         with transaction(conn):

@@ -81,8 +81,13 @@ def _clock_after(db: Path) -> Any:
     return TickingClock((parse_instant(latest) + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"))
 
 
-def reconciliation_trials(decide: Callable | None = None) -> list[ReconciliationTrial]:
+def reconciliation_trials(decide: Callable | None = None,
+                          judge: Callable[[ReconciliationTrial], None] | None = None) -> list[ReconciliationTrial]:
     """Every case of :data:`RECONCILIATION_CASES`, recovered with ``decide`` (labkit's own by default).
+
+    ``judge``, if given, is called with each trial as soon as it is recovered, in the cases' order:
+    what it raises ends the trials there (the services are stopped all the same), so a wrong
+    answer hears about its first failing case without waiting for the rest.
 
     Each case has a workspace and a ticket service of its own (a real HTTP server in a forked child
     process, its own SQLite store). ``python -m labkit run --tickets URL`` runs in a child,
@@ -153,6 +158,8 @@ def reconciliation_trials(decide: Callable | None = None) -> list[Reconciliation
                 effect.state, effect.ticket, len(held_tickets), held, unchanged, tuple(r.number for r in results if not r.held),
             ))
             bar.step()
+            if judge is not None:
+                judge(trials[-1])
     return trials
 
 
@@ -207,6 +214,40 @@ def _expected(lookup: KeyLookup) -> str:
     return {"found": "record", "absent": "send_again"}.get(lookup.outcome, "leave_uncertain")
 
 
+def _judge(trial: ReconciliationTrial) -> None:
+    """One recovered case of the check, judged: the first rule it breaks, as the learner's feedback."""
+    told = _what_it_was_told(trial)
+    first = trial.asked[0].split()[0] if trial.asked else ""
+    if trial.tickets > 1:
+        why = _NOT_ABSENT.get(first, "a second POST made a second ticket")
+        raise AssertionError(
+            f"{trial.case}: {trial.tickets} tickets for {RECONCILED_INCIDENT} at the destination after recovery "
+            f"({told}). {why[0].upper() + why[1:]}. "
+            "When nobody can know, leave it uncertain for a person"
+        )
+    if trial.error is not None and ("CHECK constraint" in trial.error or "RuleViolation" in trial.error):
+        raise AssertionError(
+            f"{trial.case}: {told}. That look-up names no ticket, so recording would mark the effect done without the "
+            "destination's ticket (the effects table's CHECK refused it). Record only a ticket the destination names"
+        )
+    if trial.state == "done" and not trial.held:
+        raise AssertionError(f"{trial.case}: the effect is done as {trial.ticket}, which the destination does not hold under its key")
+    unknowable = first in UNKNOWABLE
+    if unknowable and trial.state != "uncertain":
+        raise AssertionError(f"{trial.case}: {told}, and the effect ended {trial.state}. {_NOT_ABSENT[first]}: "
+                             "nobody can know whether the ticket exists; leave it uncertain, listed for a person")
+    if not unknowable and trial.state != "done":
+        hint = {"found": "the destination holds the ticket and named it: record it",
+                "absent": "nothing is stored under this key, and a resend under the same key cannot duplicate (it "
+                          "makes the one ticket, or, with the first request still in flight, a replay): send it again"}
+        raise AssertionError(f"{trial.case}: {told}, and the effect ended {trial.state}"
+                             + (f" ({trial.error})" if trial.error else "") + f". {hint.get(first, 'It could be known')}")
+    if not trial.again_unchanged:
+        raise AssertionError(f"{trial.case}: a second recovery changed rows or tickets ({told}): recovering again must change nothing")
+    if trial.broken:
+        raise AssertionError(f"{trial.case}: invariants {', '.join(map(str, trial.broken))} broke afterwards ({told})")
+
+
 @one_line
 def check_reconciliation(decide: Callable) -> None:
     """``decide(lookup) -> "record" | "send_again" | "leave_uncertain"``: what recovery does with the destination's answer.
@@ -226,39 +267,8 @@ def check_reconciliation(decide: Callable) -> None:
     answer_is_a_function(decide, "def my_decide(lookup): ...")
     own_work(decide, "reconciliation_decision", "_reconcile", "open_ticket", "recover", "DECISIONS")
     with watching_labkit("reconciliation_decision", "_reconcile", "open_ticket", "recover") as calls:
-        trials = reconciliation_trials(decide)
+        trials = reconciliation_trials(decide, judge=_judge)
     refuse_if_called(calls)
-    for trial in trials:
-        told = _what_it_was_told(trial)
-        first = trial.asked[0].split()[0] if trial.asked else ""
-        if trial.tickets > 1:
-            why = _NOT_ABSENT.get(first, "a second POST made a second ticket")
-            raise AssertionError(
-                f"{trial.case}: {trial.tickets} tickets for {RECONCILED_INCIDENT} at the destination after recovery "
-                f"({told}). {why[0].upper() + why[1:]}. "
-                "When nobody can know, leave it uncertain for a person"
-            )
-        if trial.error is not None and ("CHECK constraint" in trial.error or "RuleViolation" in trial.error):
-            raise AssertionError(
-                f"{trial.case}: {told}. That look-up names no ticket, so recording would mark the effect done without the "
-                "destination's ticket (the effects table's CHECK refused it). Record only a ticket the destination names"
-            )
-        if trial.state == "done" and not trial.held:
-            raise AssertionError(f"{trial.case}: the effect is done as {trial.ticket}, which the destination does not hold under its key")
-        unknowable = first in UNKNOWABLE
-        if unknowable and trial.state != "uncertain":
-            raise AssertionError(f"{trial.case}: {told}, and the effect ended {trial.state}. {_NOT_ABSENT[first]}: "
-                                 "nobody can know whether the ticket exists; leave it uncertain, listed for a person")
-        if not unknowable and trial.state != "done":
-            hint = {"found": "the destination holds the ticket and named it: record it",
-                    "absent": "nothing is stored under this key, and a resend under the same key cannot duplicate (it "
-                              "makes the one ticket, or, with the first request still in flight, a replay): send it again"}
-            raise AssertionError(f"{trial.case}: {told}, and the effect ended {trial.state}"
-                                 + (f" ({trial.error})" if trial.error else "") + f". {hint.get(first, 'It could be known')}")
-        if not trial.again_unchanged:
-            raise AssertionError(f"{trial.case}: a second recovery changed rows or tickets ({told}): recovering again must change nothing")
-        if trial.broken:
-            raise AssertionError(f"{trial.case}: invariants {', '.join(map(str, trial.broken))} broke afterwards ({told})")
     with watching_labkit("reconciliation_decision", "_reconcile", "open_ticket", "recover") as calls:
         for lookup in _probes(random.Random()):
             said = decide(lookup)
