@@ -43,6 +43,7 @@ import labkit
 
 from ...children import in_child
 from ...clock import clock_from_env
+from ...crashpoints import wait_for_a_line
 from ...database import holds_write_lock, read_transaction
 from ...store import latest_time_txn, snapshot
 from ..processes import ChildOutcome, child_env
@@ -475,7 +476,7 @@ def _answer_main(spec: dict[str, Any]) -> int:  # pragma: no cover - runs in the
                 conn = args[0] if args else None
                 holding = "holding the write lock" if holds_write_lock(conn) else "holding no lock"
                 print(f"paused at {name} ({holding})", flush=True)
-                sys.stdin.readline()
+                wait_for_a_line()
             return original(*args, **kwargs)
 
         return wrapper

@@ -24,8 +24,16 @@ _MOMENT = os.environ.get("LABKIT_TEST_HOLD", "")
 
 def _hold(moment: str, wait: bool = True) -> None:
     print(f"held at {moment}", file=sys.stderr, flush=True)
-    if wait:
-        sys.stdin.readline()
+    if not wait:
+        return
+    if moment == "importing":
+        sys.stdin.readline()  # SIGINT is blocked here (labkit.__main__ holds it back), so it waits its turn
+        return
+    # Not sys.stdin.readline(): a SIGINT landing just before its read() would wait for a line
+    # the test never sends (labkit's own pause had the same race, and this is its cure).
+    from labkit.crashpoints import wait_for_a_line
+
+    wait_for_a_line()
 
 
 class _HoldBeforeCli:
