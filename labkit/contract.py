@@ -61,14 +61,22 @@ def check_diagnostic_size(incident: str, size: int) -> None:
 
 
 @lru_cache(maxsize=1)
+def _schema() -> dict:
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+@lru_cache(maxsize=1)
 def _validator():
-    # Imported on first use: `python -m labkit` sets up a faster jsonschema import in
-    # labkit/__main__.py, which runs after this package is imported but before any check.
+    """jsonschema's full validator: it names the field and the rule of a refusal.
+
+    Imported on first use, that is on the first refusal: jsonschema's import is about a tenth
+    of a second, a quarter of a ``python -m labkit run`` child's time, and an accepted answer
+    never needs it. (`python -m labkit` also makes that import faster: labkit/__main__.py.)
+    """
     from jsonschema import Draft202012Validator
 
-    schema = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+    Draft202012Validator.check_schema(_schema())
+    return Draft202012Validator(_schema())
 
 
 @lru_cache(maxsize=1)
@@ -78,11 +86,22 @@ def _compiled():
     It answers only "accepted or not". A refusal is explained by the full validator (which names
     the field and the rule), so what a refused response is told is the same either way;
     tests/core/test_contract_validators.py holds both to the same answer over every shipped
-    contract case, every capture and generated documents.
+    contract case, every capture and generated documents, and checks the schema itself.
     """
     import fastjsonschema
 
-    return fastjsonschema.compile(_validator().schema)
+    return fastjsonschema.compile(_schema())
+
+
+def prepare() -> None:
+    """Build both validators now, not inside the first check.
+
+    For a process that goes on to time or fork: a pool worker before it says ``ready`` (else its
+    first run pays inside its write transaction), the explorer and the engines before their
+    children fork (else each child pays inside its first read, seconds on a loaded machine).
+    """
+    _compiled()
+    _validator()
 
 
 def schema_errors(body: object) -> list[tuple[str, str, str]]:
@@ -129,7 +148,7 @@ def check_evidence(raw: bytes | str, incident: str) -> dict:
 
 def _reading_order(field: str) -> tuple[int, str]:
     top = field.split(".")[0]
-    order = _validator().schema["required"]
+    order = _schema()["required"]
     return (order.index(top) if top in order else len(order), field)
 
 

@@ -321,7 +321,7 @@ def open_worker(args: argparse.Namespace, output: WorkerOutput, go: threading.Ev
     provider = ReferenceProvider(call_log_for(args.db), delay=args.provider_delay)
     # Load the evidence contract's validator now: the first check would otherwise pay for
     # it inside the first run (and, in the reference flow, inside its write transaction).
-    contract._validator()
+    contract.prepare()
     if args.wait_for_go:
         output.say("ready")
         go.wait()

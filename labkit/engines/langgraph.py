@@ -340,7 +340,7 @@ class LangGraphEngine(Engine):
         import langgraph.checkpoint.sqlite  # noqa: F401 - an optional heavy dependency: imported once, not in every child
         import langgraph.graph  # noqa: F401
 
-        contract._validator()
+        contract.prepare()
 
     def drive(self, folder: Path, crash: CrashPlan, tickets: str | None, incident: str = INCIDENT) -> str:
         with opened(folder, crash=crash, bug=self.bug) as graph:

@@ -436,7 +436,7 @@ def scorecards(engine_name: str, folder: str | Path, tickets: str | Path | None 
     # Built before the fork, as the explorer does: a cold child compiles the evidence contract's
     # validator inside its first read, seconds on a loaded machine, and a Temporal read activity
     # that outlives its timeout that way is run again (a reread no kill caused).
-    contract._validator()
+    contract.prepare()
     driver.warm()
     started = time.perf_counter()
     with serving(engine_name, folder), ticket_service(store) as url:

@@ -232,7 +232,7 @@ def _warm(driver: Engine | None = None) -> None:
     child inherits it, and a child's time is spent on the workflow, as a killed worker's was.
     ``driver`` adds what its engine's children need (DBOS's import).
     """
-    contract._validator()
+    contract.prepare()
     if driver is not None:
         driver.warm()
 

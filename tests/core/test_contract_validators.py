@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -25,9 +27,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from json_paths import at, paths, reference_answer
 
-from labkit.contract import _compiled, _validator, check_evidence
+from labkit.contract import SCHEMAS, _compiled, _validator, check_evidence
 from labkit.errors import EvidenceRejected
 from labkit.jsontext import JsonProblem, strict_loads
+from labkit.lab.processes import child_env
 from labkit.provider import answer, list_incidents
 from labkit.rules import RULES_REVISIONS
 
@@ -155,3 +158,34 @@ def test_a_refusal_still_names_the_full_validators_rule():
     with pytest.raises(EvidenceRejected) as refused:
         check_evidence(json.dumps(body).encode(), "INC-1001")
     assert (refused.value.field, refused.value.rule) == ("queue.consumers", "schema:minimum")
+
+
+@pytest.mark.parametrize("revision", sorted(SCHEMAS))
+def test_every_shipped_schema_is_a_valid_draft_2020_12_schema(revision):
+    """The accept path compiles the schema without asking jsonschema, so the schema is checked here."""
+    from jsonschema import Draft202012Validator
+
+    Draft202012Validator.check_schema(json.loads(SCHEMAS[revision].read_text(encoding="utf-8")))
+
+
+# In a fresh interpreter: an accepted answer is checked without importing jsonschema (a tenth of a
+# second of every `python -m labkit run` child); a refused one imports it to name the rule.
+_WHICH_IMPORTS = """
+import json, sys
+from labkit.contract import check_evidence
+from labkit.errors import EvidenceRejected
+answer = json.loads(sys.argv[1])
+check_evidence(json.dumps(answer).encode(), "INC-1001")
+accepted = "jsonschema" in sys.modules
+answer["queue"]["consumers"] = -1
+try:
+    check_evidence(json.dumps(answer).encode(), "INC-1001")
+except EvidenceRejected as refused:
+    print(accepted, "jsonschema" in sys.modules, refused.rule)
+"""
+
+
+def test_an_accepted_answer_never_imports_jsonschema_and_a_refused_one_does():
+    done = subprocess.run([sys.executable, "-c", _WHICH_IMPORTS, json.dumps(valid())],
+                          capture_output=True, text=True, env=child_env(), timeout=120)
+    assert done.stdout.split() == ["False", "True", "schema:minimum"], done.stderr
