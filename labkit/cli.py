@@ -34,14 +34,12 @@ import sqlite3
 import sys
 from contextlib import closing
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .clock import clock_from_env
 from .coordinator import WORKFLOW_VERSION, check_supported
 from .crashpoints import CRASH_POINTS, CrashPlan, check_reached, still_ahead
 from .database import busy_timeout_ms, check_path, read_transaction, translate, typed_path_problem
-from .effects import OWED, Tickets, list_effects_txn
-from .effects import resolve as resolve_effect
-from .engines.temporal import BUGS as TEMPORAL_BUGS
 from .errors import (
     BadInput,
     BadTicketServiceUrl,
@@ -53,20 +51,18 @@ from .errors import (
     report,
     shown,
 )
-from .evaluation import evaluate
 from .lab.naive import BUGS, CRASH_BUGS, coordinator_class
-from .lab.workspace import reset
-from .pool import work
 from .provider import CallLog, ReferenceProvider, call_log_for, list_incidents, provider_delay
 from .recovery import Resumed, recover
-from .retention import check_days, retain
 from .status import status_of
 from .steps import Step
 from .store import connect, connect_readonly, latest_time_txn
-from .ticket_client import check_url
 from .typed import parse_decimal, parse_whole
 from .versioning import migrate, migration_log, reevaluate
 from .worker import DEFAULT_LEASE_SECONDS
+
+if TYPE_CHECKING:  # the command modules below are imported by the commands that use them (see _effects)
+    from .effects import Tickets
 
 
 class _Parser(argparse.ArgumentParser):
@@ -112,7 +108,8 @@ def _decimal(text: str) -> float:
 def _parser(words: list[str] | None = None) -> argparse.ArgumentParser:
     """The whole command line. ``words`` (the arguments about to be parsed) lets the ticket
     service's options, and the HTTP server module behind them, load only when that command
-    is asked for: every other command starts about a third faster without them."""
+    is asked for: every other command starts about a third faster without them. The engines,
+    which name the Temporal engine's bugs in ``explore``'s help, likewise load only for it."""
     # allow_abbrev=False: `--inc` must not quietly mean `--incident`; scripts should break
     # loudly if an option is ever renamed, not drift onto another one.
     parser = _Parser(prog="python -m labkit", description="Durable, restart-safe incident workflows on SQLite.", allow_abbrev=False)
@@ -208,8 +205,13 @@ def _parser(words: list[str] | None = None) -> argparse.ArgumentParser:
     exp.add_argument("--db-dir", required=True, action=_Once, metavar="PATH", help="a new or empty folder: one sub-folder per scenario")
     exp.add_argument("--random", type=_whole, action=_Once, metavar="N", help="also N kills at random moments of the run (default 0)")
     exp.add_argument("--seed", type=_whole, action=_Once, metavar="S", help="the random kills' seed (default 0)")
+    temporal_bugs = ""
+    if words is None or "explore" in words:  # the engines load for explore only, like the ticket service above
+        from .engines.temporal import BUGS as TEMPORAL_BUGS
+
+        temporal_bugs = "; with --engine temporal, its broken activity: " + ", ".join(TEMPORAL_BUGS)
     exp.add_argument("--bug", metavar="NAME", action=_Once, help="explore a deliberately broken coordinator: " + ", ".join(CRASH_BUGS)
-                     + "; with --engine temporal, its broken activity: " + ", ".join(TEMPORAL_BUGS)
+                     + temporal_bugs
                      + "; with --engine langgraph, one of its non-idempotent nodes (a wrong name lists them)")
     exp.add_argument("--engine", metavar="NAME", action=_Once,
                      help="the workflow's engine: labkit (default), or the same run on dbos (DBOS Transact), temporal "
@@ -250,6 +252,8 @@ def _add_tickets_option(command: argparse.ArgumentParser) -> None:
 def _tickets_url(text: str) -> str:
     """``--tickets URL``, refused while the arguments are read: before any file is created or read."""
     try:
+        from .ticket_client import check_url  # see _effects: only the commands that talk to it load it
+
         check_url(text)
     except BadTicketServiceUrl as error:
         raise argparse.ArgumentTypeError(str(error)) from None
@@ -375,7 +379,11 @@ def _recover(args) -> int:
 
 def _tickets(args) -> Tickets | None:
     """``--tickets URL``: the ticket each completed run owes, at that service (09_external_effects)."""
-    return Tickets(args.tickets) if args.tickets is not None else None
+    if args.tickets is None:
+        return None
+    from .effects import Tickets  # see _effects
+
+    return Tickets(args.tickets)
 
 
 def _version(args) -> int:
@@ -419,6 +427,8 @@ def _reevaluate(args) -> int:
 
 
 def _retain(args) -> int:
+    from .retention import check_days, retain  # see _effects
+
     days = check_days(args.older_than)  # bad input is refused before the database is opened
     check_path(args.db, must_exist=True)
     report = retain(args.db, days, _clock_after_latest(args.db))
@@ -428,6 +438,11 @@ def _retain(args) -> int:
 
 
 def _effects(args) -> int:
+    # Imported in the commands that use them, like bench and explore below: a `run` child (the
+    # lessons and tests start hundreds) loads only the workflow, not the ticket client's HTTP
+    # stack, the pool, the evaluation or the retention code.
+    from .effects import OWED, list_effects_txn
+
     with closing(connect_readonly(args.db)) as conn, read_transaction(conn):
         open_effects = list_effects_txn(conn, OWED)
     if args.json:
@@ -443,6 +458,8 @@ def _effects(args) -> int:
 
 
 def _resolve(args) -> int:
+    from .effects import resolve as resolve_effect  # see _effects
+
     check_path(args.db, must_exist=True)
     effect = resolve_effect(args.db, args.incident, None if args.none else args.ticket, args.reason, _clock_after_latest(args.db))
     print(f"{args.incident}: effect resolved, ticket {effect.ticket or '(none)'}: {args.reason}")
@@ -461,6 +478,8 @@ def _status(args) -> int:
 
 
 def _evaluate(args) -> int:
+    from .evaluation import evaluate  # see _effects
+
     scores = evaluate(args.db, ticket_store=args.ticket_store)
     if args.json:
         print(json.dumps(scores.as_json(), sort_keys=True))
@@ -505,11 +524,15 @@ def _crash_points(args) -> int:
 
 
 def _work(args) -> int:
+    from .pool import work  # see _effects
+
     lease = DEFAULT_LEASE_SECONDS if args.lease_seconds is None else args.lease_seconds
     return work(args.db, args.workers, incidents=args.incident, lease_seconds=lease, delay=args.provider_delay, crash_at=args.crash_at)
 
 
 def _reset(args) -> int:
+    from .lab.workspace import reset  # see _effects
+
     report = reset(args.lesson)
     for name in report.restored:
         print(f"restored my-lab/{name}")

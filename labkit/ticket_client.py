@@ -30,7 +30,6 @@ Standard library only (``http.client``): each limit above is enforced where the 
 
 from __future__ import annotations
 
-import http.client
 import io
 import re
 import socket
@@ -39,12 +38,15 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlencode, urlsplit
 
 from .errors import BadTicketServiceUrl, TicketServiceUnanswered
 from .jsontext import JsonProblem, canonical_json, strict_loads
 from .typed import escaped
+
+if TYPE_CHECKING:
+    import http.client
 
 PostOutcome = Literal["created", "replayed", "refused", "failed", "unknown"]
 LookupOutcome = Literal["found", "absent", "duplicate", "cannot_query", "refused", "invalid", "unknown"]
@@ -265,6 +267,10 @@ def _exchange(
     """One request to the service under ``url``, finished within ``timeout`` seconds in all."""
     if not timeout > 0 or (connect_timeout is not None and not connect_timeout > 0):
         raise ValueError("timeouts must be positive numbers of seconds")
+    # Imported on the first request: a `run` without --tickets (most of the children that lessons
+    # and tests start) never sends one, and http.client's import is a tenth of its start-up.
+    import http.client
+
     deadline = time.monotonic() + timeout
     endpoint = urlsplit(check_url(url))
     host = endpoint.hostname or ""

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -18,6 +20,7 @@ import pytest
 import labkit
 from labkit.database import transaction
 from labkit.errors import UnknownIncident
+from labkit.lab.processes import child_env
 from labkit.provider import ReferenceProvider, knows, list_incidents
 from labkit.store import create_run_txn, snapshot
 
@@ -86,3 +89,30 @@ def test_a_new_run_is_one_insert_under_the_lock_and_an_existing_one_is_read_not_
         with transaction(conn):
             again = create_run_txn(conn, "INC-1001", 1, clock)  # another version asks: it gets the stored row
         assert again == created and snapshot(conn) == before
+
+
+# `python -m labkit run` as a lesson's or a test's child runs it, then the modules it loaded.
+_LOADED = """
+import sys
+from labkit.__main__ import main
+code = main(sys.argv[1:])
+print(code, *sorted(name for name in sys.modules if name.partition(".")[0] in ("jsonschema", "http", "asyncio", "labkit")))
+"""
+#: What a run without --tickets never needs: each is a noticeable part of a child's start-up
+#: (jsonschema names a refusal's rule; the rest belong to other commands).
+NOT_FOR_A_RUN = {"jsonschema", "http.client", "asyncio", "labkit.engines", "labkit.pool", "labkit.evaluation", "labkit.retention",
+                 "labkit.lab.workspace", "labkit.lab.ticket_service", "labkit.lab.bench", "labkit.lab.explorer"}
+
+
+def _loaded(*args: str | Path) -> tuple[str, set[str]]:
+    done = subprocess.run([sys.executable, "-c", _LOADED, *map(str, args)], capture_output=True, text=True, env=child_env(), timeout=120)
+    code, *names = done.stdout.splitlines()[-1].split()  # the command's own lines come first
+    return code, set(names)
+
+
+def test_a_run_child_loads_the_workflow_and_nothing_another_command_needs(tmp_path: Path):
+    code, loaded = _loaded("run", "--db", tmp_path / "lab.db", "--incident", "INC-1001")
+    assert code == "0" and {"labkit.coordinator", "labkit.contract", "labkit.store"} <= loaded
+    assert not loaded & NOT_FOR_A_RUN, sorted(loaded & NOT_FOR_A_RUN)
+    # The check sees a module where one is loaded: explore's help names the Temporal engine's bugs.
+    assert {"labkit.engines", "asyncio"} <= _loaded("explore", "--db-dir", tmp_path / "x", "--random", "-1")[1]

@@ -243,10 +243,11 @@ def test_the_core_imports_nothing_late():
 
 
 #: The only modules that import part of labkit inside a function, each saying why in a comment:
-#: the entry point imports the command with Ctrl-C held back, and the command line loads the
-#: bench, the explorer and the ticket service only for their own commands, so every other
-#: command starts without them; the temporal engine loads its workflow's module (which imports
-#: the Temporal SDK at its top, as the SDK wants) only in a worker.
+#: the entry point imports the command with Ctrl-C held back; the command line loads each
+#: command's own modules (the bench, the explorer, the engines, the ticket service and its client,
+#: the pool, the evaluation, retention) only for that command, so a `run` starts without them;
+#: the temporal engine loads its workflow's module (which imports the Temporal SDK at its top,
+#: as the SDK wants) only in a worker.
 LOADED_ON_DEMAND = {"labkit.__main__", "labkit.cli", "labkit.engines.temporal"}
 
 
