@@ -61,7 +61,11 @@ from .typed import parse_decimal, parse_whole
 from .versioning import migrate, migration_log, reevaluate
 from .worker import DEFAULT_LEASE_SECONDS
 
-if TYPE_CHECKING:  # the command modules below are imported by the commands that use them (see _effects)
+# The modules of one command only (the ticket client's HTTP stack, the pool, the evaluation,
+# retention, the workspace, the engines, the bench, the explorer, the ticket service) are
+# imported inside that command: a `run` child, which lessons and tests start by the hundred,
+# loads only the workflow (tests/core/test_start_cost.py lists what it must not load).
+if TYPE_CHECKING:  # for the annotation only; _tickets imports it when --tickets is given
     from .effects import Tickets
 
 
@@ -252,7 +256,7 @@ def _add_tickets_option(command: argparse.ArgumentParser) -> None:
 def _tickets_url(text: str) -> str:
     """``--tickets URL``, refused while the arguments are read: before any file is created or read."""
     try:
-        from .ticket_client import check_url  # see _effects: only the commands that talk to it load it
+        from .ticket_client import check_url  # this option's own: see the imports at the top
 
         check_url(text)
     except BadTicketServiceUrl as error:
@@ -381,7 +385,7 @@ def _tickets(args) -> Tickets | None:
     """``--tickets URL``: the ticket each completed run owes, at that service (09_external_effects)."""
     if args.tickets is None:
         return None
-    from .effects import Tickets  # see _effects
+    from .effects import Tickets  # this command's own: see the imports at the top
 
     return Tickets(args.tickets)
 
@@ -427,7 +431,7 @@ def _reevaluate(args) -> int:
 
 
 def _retain(args) -> int:
-    from .retention import check_days, retain  # see _effects
+    from .retention import check_days, retain  # this command's own: see the imports at the top
 
     days = check_days(args.older_than)  # bad input is refused before the database is opened
     check_path(args.db, must_exist=True)
@@ -438,10 +442,7 @@ def _retain(args) -> int:
 
 
 def _effects(args) -> int:
-    # Imported in the commands that use them, like bench and explore below: a `run` child (the
-    # lessons and tests start hundreds) loads only the workflow, not the ticket client's HTTP
-    # stack, the pool, the evaluation or the retention code.
-    from .effects import OWED, list_effects_txn
+    from .effects import OWED, list_effects_txn  # this command's own: see the imports at the top
 
     with closing(connect_readonly(args.db)) as conn, read_transaction(conn):
         open_effects = list_effects_txn(conn, OWED)
@@ -458,7 +459,7 @@ def _effects(args) -> int:
 
 
 def _resolve(args) -> int:
-    from .effects import resolve as resolve_effect  # see _effects
+    from .effects import resolve as resolve_effect  # this command's own: see the imports at the top
 
     check_path(args.db, must_exist=True)
     effect = resolve_effect(args.db, args.incident, None if args.none else args.ticket, args.reason, _clock_after_latest(args.db))
@@ -478,7 +479,7 @@ def _status(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from .evaluation import evaluate  # see _effects
+    from .evaluation import evaluate  # this command's own: see the imports at the top
 
     scores = evaluate(args.db, ticket_store=args.ticket_store)
     if args.json:
@@ -524,14 +525,14 @@ def _crash_points(args) -> int:
 
 
 def _work(args) -> int:
-    from .pool import work  # see _effects
+    from .pool import work  # this command's own: see the imports at the top
 
     lease = DEFAULT_LEASE_SECONDS if args.lease_seconds is None else args.lease_seconds
     return work(args.db, args.workers, incidents=args.incident, lease_seconds=lease, delay=args.provider_delay, crash_at=args.crash_at)
 
 
 def _reset(args) -> int:
-    from .lab.workspace import reset  # see _effects
+    from .lab.workspace import reset  # this command's own: see the imports at the top
 
     report = reset(args.lesson)
     for name in report.restored:
