@@ -80,7 +80,14 @@ $(BROWSER_STAMP): $(STAMP) requirements-browser.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-browser.txt
 	@touch $@
 
+# labkit's bytecode, written before the commands that start Python processes by the hundred. Where
+# PYTHONDONTWRITEBYTECODE is set (as on this lab's CI machines), Python never writes it, so every
+# `python -m labkit` child and every kernel compiled labkit's sources afresh: 0.05 s of a run child's 0.17 s.
+# compileall rewrites only what changed since; a file edited later is compiled by Python itself, as ever.
+BYTECODE = $(BIN)/python -m compileall -q labkit
+
 lab: $(STAMP)
+	@$(BYTECODE)
 	@$(BIN)/python -c "from labkit.lab.workspace import make_learner_copy as m; [print('copied', p.name, 'to my-lab/') for p in m()]"
 	$(BIN)/jupyter lab --notebook-dir=my-lab $(LAB_ARGS)
 
@@ -96,6 +103,7 @@ reset: $(STAMP)
 # --durations=20: the slowest unit tests are listed at the end, where the time of the command goes.
 UNIT_WORKERS ?= $(shell echo $$(( $$(getconf _NPROCESSORS_ONLN 2>/dev/null || echo 1) + 1 )))
 test: $(DEV_STAMP)
+	@$(BYTECODE)
 	@mkdir -p build; status=0; \
 	$(BIN)/python -m pytest notebooks -n 0 --run-all-again > build/nbval.log 2>&1 & nbval=$$!; \
 	$(BIN)/python -m pytest tests -n $(UNIT_WORKERS) --dist worksteal --durations=20 || status=1; \
@@ -112,16 +120,20 @@ test-other-pythons:
 	bash scripts/other_pythons.sh
 
 unit: $(DEV_STAMP)
+	@$(BYTECODE)
 	$(BIN)/python -m pytest tests -n $(UNIT_WORKERS) --dist worksteal
 
 nbval: $(STAMP)
+	@$(BYTECODE)
 	$(BIN)/python -m pytest notebooks
 
 notebooks: $(DEV_STAMP)
+	@$(BYTECODE)
 	$(BIN)/python scripts/run_notebooks.py
 	$(BIN)/python scripts/lesson_text.py
 
 soak: $(DEV_STAMP)
+	@$(BYTECODE)
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/core/test_concurrency.py -q -k "fault1 or fault11"
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/mechanisms/test_work_pool.py -q -s -n 0 -k soak
 	LABKIT_SOAK=1 $(BIN)/python -m pytest tests/lab/test_explorer.py -q -s -n 0 -k soak
@@ -192,6 +204,7 @@ test-broker: $(BROKER_STAMP)
 # first and last). SCALE_RUNS="1000 10000" is the default; SCALE_RUNS= leaves the table out.
 SCALE_RUNS ?= 1000 10000
 bench: $(BENCH_STAMP)
+	@$(BYTECODE)
 	$(BIN)/python -m labkit bench --peers
 	$(BIN)/python scripts/measure_leases.py
 	$(BIN)/python scripts/bench.py $(if $(strip $(SCALE_RUNS)),--scale $(SCALE_RUNS))
