@@ -14,7 +14,7 @@ commands, each a ``python -m labkit`` child as a user runs it:
 - ``work --workers 4``: on a second database seeded the same way, four leased workers finish them.
 
 The growth exponent is ``log(t2/t1) / log(N2/N1)``: 1 is linear, 2 quadratic. Each child's
-start-up (about 0.15 s of imports) is in both timings, which pulls the exponent of a fast
+start-up (about 0.08 s of imports) is in both timings, which pulls the exponent of a fast
 command below 1; the exponent of the time less one ``python -m labkit incidents`` child is
 shown as well, where the smaller timing is more than twice that start-up.
 Speed is measured here and never asserted in a test; what is checked is that every command

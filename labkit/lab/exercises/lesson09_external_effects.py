@@ -124,7 +124,7 @@ def reconciliation_trials(decide: Callable | None = None,
             space = new_trial("09-exercise")
             spaces.append(space)
             # A real HTTP server in a process of its own, forked from this one (a new Python
-            # would spend over a tenth of a second starting, seven tries a check, eight services a try).
+            # would spend a tenth of a second starting, seven tries a check, eight services a try).
             faults = Faults(fault, times, lookup=lookup)
             services.append(_Service(stack.enter_context(ticket_service(space.folder / "tickets.db", faults))))
         runs = race(*[

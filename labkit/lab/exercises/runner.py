@@ -401,7 +401,7 @@ def run_answer_once(function: Callable, kind: str, db: Path, incident: str, **ho
 
     The child is forked from this process instead of started as a new interpreter: it builds
     the same fresh namespace and hooks as :func:`child_main` and is just as much a process of
-    its own, which a hook's SIGKILL ends, but it skips the quarter of a second a new Python
+    its own, which a hook's SIGKILL ends, but it skips the 0.14 s a new Python
     spends importing labkit and this module, and a check runs an answer up to seven times a try. Its output
     goes to files, not pipes, so an answer that prints a lot cannot block it. (Races need
     children released one by one on their standard input: :func:`race_commands` starts those.)
@@ -428,7 +428,7 @@ def labkit_cli_forked(*args: str | Path) -> ChildOutcome:
     What :func:`~labkit.lab.processes.labkit_cli` does for a check's own preparations (a run
     killed at a crash point, a recovery), without a new interpreter: the child is a process of
     its own, with the environment a started child gets (the pinned clock), and an armed crash
-    point SIGKILLs it for real; it only skips the quarter of a second a new Python spends
+    point SIGKILLs it for real; it only skips the 0.14 s a new Python spends
     importing labkit and this module. For a database that this process holds no connection to (a trial made
     for the check): a forked SQLite must not share a file with its parent's open connections.
     """
