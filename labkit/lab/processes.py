@@ -13,9 +13,11 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..children import collect, ended, killed_by, pump, this_labkit
 from ..clock import CLOCK_ENV
@@ -66,6 +68,16 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def new_interpreter(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """Start ``argv`` as a new process with three text pipes: how every child here is started."""
+    return subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+#: What starts a child (argv, environment). A new interpreter, always, for lessons and learners; the test
+#: suite alone forks its ``python -m labkit`` children from a warm server instead (tests/warm_children.py).
+start_child: Callable[[list[str], dict[str, str]], Any] = new_interpreter
+
+
 def _argv(args: tuple[str | Path, ...]) -> list[str]:
     return [sys.executable, "-m", "labkit", *map(str, args)]
 
@@ -77,8 +89,14 @@ def _shown(args: tuple[str | Path, ...]) -> str:
 
 def labkit_cli(*args: str | Path, env: dict[str, str] | None = None, timeout: float = 120) -> ChildOutcome:
     """Run ``python -m labkit ARGS`` to completion (or to its crash) and return how it ended."""
-    done = subprocess.run(_argv(args), capture_output=True, text=True, env=child_env(env), timeout=timeout)
-    return ChildOutcome(_shown(args), done.returncode, done.stdout, done.stderr)
+    child = start_child(_argv(args), child_env(env))
+    try:
+        stdout, stderr = child.communicate(timeout=timeout)
+    except BaseException:  # a timeout, or Ctrl-C in a lesson: leave no child behind
+        child.kill()
+        child.wait()
+        raise
+    return ChildOutcome(_shown(args), child.returncode, stdout, stderr)
 
 
 def run_in_child(db: str | Path, incident: str, crash_at: str | None = None, **kwargs) -> ChildOutcome:
@@ -136,9 +154,7 @@ def race_commands(
         lock = write_lock(holder) if holder is not None else nullcontext()
         with lock:
             for index, (_, argv) in enumerate(commands):
-                child = subprocess.Popen(
-                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(env)
-                )
+                child = start_child(argv, child_env(env))
                 children.append(child)
                 pump(child.stdout, events, index)
                 collect(child.stderr, errors[index])
@@ -227,9 +243,7 @@ class PausedRun:
         self.outcome: ChildOutcome | None = None
 
     def __enter__(self) -> PausedRun:
-        self.child = subprocess.Popen(
-            _argv(self.args), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env(self.env)
-        )
+        self.child = start_child(_argv(self.args), child_env(self.env))
         assert self.child.stdout is not None
         self.printed = []
         for line in self.child.stdout:
