@@ -98,8 +98,11 @@ class WarmChild:
     def __init__(self, words: list[str], env: dict[str, str]):
         ends = [os.pipe() for _ in range(3)]
         child_ends = (ends[0][0], ends[1][1], ends[2][1])
+        # SIGINT as a new interpreter started now would find it: ignored if this process ignores it (exec keeps
+        # SIG_IGN), else Python's own handler; not as the server found it when it started, maybe long ago.
+        sigint_ignored = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
         self._process = _context().Process(
-            target=_child_main, args=(words, env, os.getcwd(), *map(_Fd, child_ends)), daemon=False
+            target=_child_main, args=(words, env, os.getcwd(), sigint_ignored, *map(_Fd, child_ends)), daemon=False
         )
         try:
             self._process.start()
@@ -174,8 +177,10 @@ def _loaded_modules() -> list[str]:  # pragma: no cover - in the child
     return sorted(sys.modules)
 
 
-def _child_main(words: list[str], env: dict[str, str], cwd: str, stdin: int, stdout: int, stderr: int) -> None:  # pragma: no cover
+def _child_main(words: list[str], env: dict[str, str], cwd: str, sigint_ignored: bool,  # pragma: no cover
+                stdin: int, stdout: int, stderr: int) -> None:
     """In the forked child: become ``python -m labkit WORDS`` and leave with its exit code."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN if sigint_ignored else signal.default_int_handler)
     for received, standard in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(received, standard)
         os.close(received)

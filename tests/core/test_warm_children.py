@@ -112,7 +112,34 @@ def _lines_until_paused(child):
             return
 
 
-def test_a_ctrl_c_to_a_paused_warm_child_is_answered_in_one_line(tmp_path):
+@pytest.fixture
+def sigint_answered():
+    """This process's SIGINT as an interactive shell leaves it for a command (not ignored), for the test only:
+    an earlier test in the same process may have left it ignored, and a child inherits that."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+@pytest.mark.parametrize("starter", ["new_interpreter", "start"])
+def test_sigint_ignored_here_is_ignored_by_the_child_as_by_a_new_interpreter(tmp_path, starter):
+    # What a non-interactive shell does for a background job: SIGINT ignored. A new interpreter
+    # inherits that across exec and labkit keeps ignoring it; a warm child must too, whatever
+    # the server found when it started.
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        start = processes.new_interpreter if starter == "new_interpreter" else warm_children.start
+        child = start([sys.executable, "-m", "labkit", "run", "--db", str(tmp_path / "lab.db"), "--incident", INC,
+                       "--pause-at", "before_read"], child_env())
+        assert any(line.startswith("paused at before_read") for line in _lines_until_paused(child))
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(input="\n", timeout=60)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert (child.returncode, err) == (0, ""), err  # the SIGINT changed nothing: the run went on when let go
+
+
+def test_a_ctrl_c_to_a_paused_warm_child_is_answered_in_one_line(tmp_path, sigint_answered):
     child = warm_children.start([sys.executable, "-m", "labkit", "run", "--db", str(tmp_path / "lab.db"), "--incident", INC,
                                  "--pause-at", "before_read"], child_env())
     assert any(line.startswith("paused at before_read") for line in _lines_until_paused(child))
