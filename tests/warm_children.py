@@ -170,7 +170,7 @@ class WarmChild:
 def modules_of_a_child() -> list[str]:
     """The modules a child of the server starts with (tests/core/test_warm_children.py checks them)."""
     with _context().Pool(1) as pool:
-        return pool.apply(_loaded_modules)
+        return pool.apply_async(_loaded_modules).get(timeout=60)  # a broken server fails the test, not hangs it
 
 
 def _loaded_modules() -> list[str]:  # pragma: no cover - in the child
