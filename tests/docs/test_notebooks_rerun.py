@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from kernels import notebook_client
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9]*.ipynb"))
 
@@ -33,12 +33,6 @@ def _errors(cell) -> list[tuple[str, str, list[str]]]:
 def _code_cells(notebook) -> list[tuple[int, nbformat.NotebookNode]]:
     return [(index, cell) for index, cell in enumerate(notebook.cells) if cell.cell_type == "code" and cell.source.strip()]
 
-
-def _client(notebook, path: Path) -> NotebookClient:
-    return NotebookClient(
-        notebook, timeout=300, kernel_name="python3", record_timing=False, allow_errors=True,
-        resources={"metadata": {"path": str(path.parent)}},
-    )
 
 
 def _acceptable(cell, errors, committed: set[str]) -> str | None:
@@ -63,7 +57,7 @@ def test_a_cell_whose_predecessor_was_skipped_works_or_says_what_to_run(path: Pa
     cells = _code_cells(notebook)
     setup = cells[0][0]
     committed = {index: {ename for ename, _, _ in _errors(cell)} for index, cell in cells}
-    client = _client(notebook, path)
+    client = notebook_client(notebook, path)
     problems = []
     with client.setup_kernel():
         for position, (index, cell) in enumerate(cells):

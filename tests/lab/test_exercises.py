@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
+from kernels import notebook_client
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9]*.ipynb"))
 #: Lessons 02 on each have at least one exercise, and one that builds (00 and 01 may too).
@@ -47,12 +47,6 @@ def _errors(cell):
 def _printed(cell):
     return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
 
-
-def _client(notebook, path):
-    return NotebookClient(
-        notebook, timeout=300, kernel_name="python3", record_timing=False, allow_errors=True,
-        resources={"metadata": {"path": str(path.parent)}},
-    )
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -91,7 +85,7 @@ def test_every_check_passes_with_the_solution_and_refuses_every_shortcut(path):
     learner, checks = _exercise_cells(notebook)
     for cell in learner.values():
         cell.source = cell.metadata["solution"]
-    client = _client(notebook, path)
+    client = notebook_client(notebook, path)
     last_check = max(index for index, cell in enumerate(notebook.cells) if any(cell is check for check in checks.values()))
     with client.setup_kernel():
         # First as a learner who jumps to the exercises: the setup cell, then each answer and its

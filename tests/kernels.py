@@ -1,0 +1,29 @@
+"""The kernels the tests start to run a lesson (exercise checks, skipped-cell reruns).
+
+Each talks to its client over Unix sockets in a folder of its own, not over TCP on 127.0.0.1:
+jupyter_client picks a kernel's TCP ports by binding and releasing them, and the kernel binds them a
+moment later, so another process binding an ephemeral port meanwhile (a ticket service, another
+kernel; the suite starts many) can take one, and the kernel dies with "Address already in use"
+(a fresh clone's make test met it once, in 5 runs). A socket file cannot be taken that way.
+"""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+from pathlib import Path
+
+from jupyter_client.manager import AsyncKernelManager
+from nbclient import NotebookClient
+
+
+def notebook_client(notebook, path: Path) -> NotebookClient:
+    """An nbclient for ``notebook`` run in ``path``'s folder, errors kept in the outputs, on an IPC kernel."""
+    sockets = tempfile.mkdtemp(prefix="lk-")  # short: a Unix socket's path has a limit of about 100 bytes
+    atexit.register(shutil.rmtree, sockets, ignore_errors=True)
+    manager = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=str(Path(sockets) / "kernel"))
+    return NotebookClient(
+        notebook, km=manager, timeout=300, kernel_name="python3", record_timing=False, allow_errors=True,
+        resources={"metadata": {"path": str(path.parent)}},
+    )
