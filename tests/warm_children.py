@@ -31,7 +31,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 from multiprocessing import reduction
 from pathlib import Path
 
@@ -56,12 +55,14 @@ def start(argv: list[str], env: dict[str, str]) -> subprocess.Popen | WarmChild:
     environment whose ``PYTHON*`` variables differ from this process's, as a new interpreter."""
     import labkit.lab.processes as processes
 
-    words = argv[3:]
-    python_settings = {k: v for k, v in env.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
-    ours = {k: v for k, v in os.environ.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
-    if argv[:3] != [sys.executable, "-m", "labkit"] or python_settings != ours or not _same_path(env):
+    if argv[:3] != [sys.executable, "-m", "labkit"] or _python_settings(env) != _python_settings(os.environ) or not _same_path(env):
         return processes.new_interpreter(argv, env)
-    return WarmChild(words, env)
+    return WarmChild(argv[3:], env)
+
+
+def _python_settings(env) -> dict[str, str]:
+    # What the interpreter reads at its start (PYTHONPATH apart: _same_path): a fork inherits the server's.
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
 
 
 def _same_path(env: dict[str, str]) -> bool:
@@ -135,16 +136,13 @@ class WarmChild:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
-    def terminate(self) -> None:
-        self.send_signal(signal.SIGTERM)
-
     def communicate(self, input: str | None = None, timeout: float | None = None) -> tuple[str, str]:  # noqa: A002 - Popen's name
         """Send ``input``, close standard input, and read both outputs to their end, as Popen's does."""
-        read: dict[str, list[str]] = {"out": [], "err": []}
-        readers = [threading.Thread(target=lambda key=key, stream=stream: read[key].append(stream.read()), daemon=True)
-                   for key, stream in (("out", self.stdout), ("err", self.stderr)) if not stream.closed]
-        for reader in readers:
-            reader.start()
+        from labkit.children import collect  # not at the top: the server holds only what the command line imports
+
+        out: list[str] = []
+        err: list[str] = []
+        readers = [collect(stream, into) for stream, into in ((self.stdout, out), (self.stderr, err)) if not stream.closed]
         try:
             if input:
                 self.stdin.write(input)
@@ -156,15 +154,8 @@ class WarmChild:
             if reader.is_alive():
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
         self.wait(timeout)
-        return "".join(read["out"]), "".join(read["err"])
+        return "".join(out), "".join(err)
 
-    def __enter__(self) -> WarmChild:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for stream in (self.stdin, self.stdout, self.stderr):
-            stream.close()
-        self.wait()
 
 
 def modules_of_a_child() -> list[str]:

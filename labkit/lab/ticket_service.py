@@ -72,7 +72,6 @@ from ..ticket_client import all_tickets
 from ..ticket_store import COLUMNS, open_store, request_digest, store_rows
 from ..typed import first_unprintable, parse_decimal, parse_whole
 from . import processes
-from .processes import child_env
 
 #: The only address the service listens on: it is a lab's stand-in, never a public service.
 HOST = "127.0.0.1"
@@ -666,7 +665,8 @@ class TicketService:
             raise RuntimeError("this ticket service is already running; stop it first")
         self._stderr = []
         # Started as every labkit child is (processes.start_child: a new interpreter, or in the tests a warm fork).
-        self.child = processes.start_child([sys.executable, *CHILD_COMMAND, *self.args(), "--until-stdin-closes"], child_env(self.env))
+        self.child = processes.start_child([sys.executable, *CHILD_COMMAND, *self.args(), "--until-stdin-closes"],
+                                             processes.child_env(self.env))
         _RUNNING.add(self)
         lines: queue.Queue[tuple[str | None]] = queue.Queue()
         pump(self.child.stdout, lines)  # the URL, then nothing: still read, so that the pipe cannot fill
