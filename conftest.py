@@ -9,7 +9,15 @@ feature, is skipped too where one is missing. Where every feature is there, noth
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+# Lesson 07's optional live RabbitMQ is replayed from its capture in the suites' own runs of the lessons (nbval,
+# Run All again, the skipped-cell reruns, the exercise checks): each would boot a node, about 20 s, where
+# rabbitmq-server is installed. make test-broker runs that lesson's cells on a live node
+# (tests/broker/test_live_broker.py); LABKIT_LIVE_BROKER=1 here runs them live everywhere.
+os.environ.setdefault("LABKIT_LIVE_BROKER", "0")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

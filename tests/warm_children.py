@@ -25,6 +25,7 @@ only, in the test process.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import io
 import multiprocessing
 import os
@@ -130,8 +131,11 @@ class WarmChild:
         return self._process.exitcode
 
     def send_signal(self, sig: int) -> None:
+        # The forkserver, not this process, reaps the child, and tells us a moment later: a child that has just
+        # ended can be gone while its exitcode still reads None. Popen.send_signal ignores that race the same way.
         if self._process.exitcode is None:
-            os.kill(self.pid, sig)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
 
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)

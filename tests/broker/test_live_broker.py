@@ -447,6 +447,55 @@ def test_lesson_07s_live_read_gets_the_verdict_its_replay_gets(monkeypatch, tmp_
     assert not (tmp_path / "live" / "rabbitmq.state").exists()  # its node was stopped, its state cleared
 
 
+def test_the_suites_switch_replays_lesson_07s_read_where_a_broker_is_installed(monkeypatch, tmp_path):
+    """LABKIT_LIVE_BROKER=0 (what the root conftest.py sets for the suites' lesson runs) replays, and says why."""
+    from labkit.lab import live_broker
+
+    installed = tmp_path / "rabbitmq-server"
+    installed.touch()  # as if installed: without the switch the cell would boot a node
+    monkeypatch.setattr(live_broker, "SERVER", installed)
+    monkeypatch.setenv("LABKIT_LIVE_BROKER", "0")
+    replayed = live_broker.read_backlog(tmp_path)
+    assert replayed.source == "replayed data/captures/rabbitmq-3.10.8/INC-9013-no-consumers-backlog.json (LABKIT_LIVE_BROKER=0)"
+    assert live_broker.verdict(replayed, 3) == {"contract": "accepted", "diagnosis": "consumer_outage"}
+    assert list(tmp_path.iterdir()) == [installed]  # no node's folder, no state file
+
+
+def test_lesson_07_run_with_a_live_broker_shows_the_verdicts_it_stores(monkeypatch, broker_url):
+    """The lesson's own cells, in a kernel, on a node its cell boots: the compared verdicts are the committed ones.
+
+    The suites' other runs of lesson 07 replay the capture (LABKIT_LIVE_BROKER=0, the root conftest.py); this is
+    the run that reads a live node through the lesson's cell.
+    """
+    import nbformat
+    from kernels import notebook_client
+
+    from labkit.lab import live_broker
+
+    if not live_broker.broker_installed():
+        pytest.skip("rabbitmq-server is not installed here: the lesson replays its capture")
+    path = Path(__file__).resolve().parents[2] / "notebooks" / "07_evidence_contract.ipynb"
+    notebook = nbformat.read(path, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    reading = next(i for i, cell in enumerate(code) if "live_broker.read_backlog(" in cell.source)
+    verdicts = code[reading + 1]
+    committed = "".join(o.get("text", "") for o in verdicts.outputs if o.get("output_type") == "stream")
+    assert "rules revision 3:" in committed
+    monkeypatch.setenv("LABKIT_LIVE_BROKER", "1")  # before the kernel starts: it inherits this environment
+    client = notebook_client(notebook, path)
+    with client.setup_kernel():
+        for index, cell in enumerate(notebook.cells):
+            if cell.cell_type == "code" and cell.source.strip():
+                cell.outputs = []
+                client.execute_cell(cell, index)
+            if cell is verdicts:
+                break
+    printed = "".join(o.get("text", "") for o in code[reading].outputs if o.get("output_type") == "stream")
+    assert printed.startswith("read from: a live RabbitMQ 3.10.8 on 127.0.0.1, started for this cell"), printed
+    shown = "".join(o.get("text", "") for o in verdicts.outputs if o.get("output_type") == "stream")
+    assert shown == committed
+
+
 def test_lesson_07s_node_that_does_not_start_is_replayed_with_the_reason(monkeypatch, tmp_path, broker_url):
     """A real start that fails (no time allowed to boot): the cell replays and names why; strict, it raises that line."""
     from labkit.lab import live_broker
@@ -454,6 +503,7 @@ def test_lesson_07s_node_that_does_not_start_is_replayed_with_the_reason(monkeyp
     if not live_broker.broker_installed():
         pytest.skip("rabbitmq-server is not installed here")
     monkeypatch.setenv("LABKIT_RABBITMQ_BOOT_SECONDS", "0")
+    monkeypatch.setenv("LABKIT_LIVE_BROKER", "1")  # the lenient read below tries a node, as a learner's does
     why = "the node did not answer on its management port within 0 s (attempt 1)"
     with pytest.raises(live_broker.BrokerDidNotStart) as refused:
         live_broker.read_backlog(tmp_path / "strict", replay_if_not_started=False)
