@@ -14,8 +14,23 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import nbformat
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
+
+TESTS = Path(__file__).resolve().parent
+# Run in the kernel before the lesson: its `python -m labkit` children forked from a warm server, as the
+# suite's own are (tests/warm_children.py), unless LABKIT_TEST_NEW_INTERPRETERS is set. nbval's kernels
+# never run this: the lessons are checked there as learners run them, every child a new interpreter.
+_WARM_START = f"""
+import os as _os, sys as _sys
+if not _os.environ.get("LABKIT_TEST_NEW_INTERPRETERS"):
+    _sys.path.append({str(TESTS)!r})
+    import warm_children as _warm_children
+    _warm_children.install()
+    del _warm_children
+del _os, _sys
+"""
 
 
 def notebook_client(notebook, path: Path) -> NotebookClient:
@@ -27,3 +42,12 @@ def notebook_client(notebook, path: Path) -> NotebookClient:
         notebook, km=manager, timeout=300, kernel_name="python3", record_timing=False, allow_errors=True,
         resources={"metadata": {"path": str(path.parent)}},
     )
+
+
+def start_warm_children(client: NotebookClient) -> None:
+    """In ``client``'s running kernel: fork the lesson's ``python -m labkit`` children from a warm server."""
+    cell = nbformat.v4.new_code_cell(_WARM_START)
+    client.execute_cell(cell, 0)
+    errors = [output for output in cell.outputs if output.get("output_type") == "error"]
+    if errors:
+        raise RuntimeError(f"the kernel could not start warm children: {errors[0]['ename']}: {errors[0]['evalue']}")

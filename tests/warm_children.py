@@ -18,8 +18,9 @@ compares what they print, their exit codes and the rows they leave. What only a 
 can show stays with one: a child given a ``PYTHON*`` variable of its own (a ``sitecustomize``
 hook, another path) is started afresh, and so are the children of tests/core/test_interrupt.py
 (Ctrl-C at any moment, imports included) and test_start_cost.py (what a run loads). So are the
-lessons' children, under nbval and for a learner: :func:`install` is called by tests/conftest.py
-only, in the test process.
+lessons' children, under nbval and for a learner: :func:`install` is called by tests/conftest.py in
+the test process, and by tests/kernels.py in the kernels the tests start to run lessons themselves
+(the exercise checks, the skipped-cell reruns), never in nbval's.
 """
 
 from __future__ import annotations

@@ -164,3 +164,27 @@ def test_output_is_buffered_as_a_new_interpreter_buffers_it(tmp_path, unbuffered
         out, err = child.communicate(timeout=60)
         outcomes.append((child.returncode, out.replace(str(db.parent), ""), err.replace(str(db.parent), "")))
     assert outcomes[0] == outcomes[1]
+
+
+def test_the_tests_own_lesson_kernels_fork_their_children_warm_and_nbvals_do_not(tmp_path):
+    """tests/kernels.py's start_warm_children: a lesson cell's child in such a kernel is a warm child, killed for real."""
+    import nbformat
+    from kernels import notebook_client, start_warm_children
+
+    if os.environ.get("LABKIT_TEST_NEW_INTERPRETERS"):
+        pytest.skip("LABKIT_TEST_NEW_INTERPRETERS is set: the tests' kernels start new interpreters too")
+    cell = nbformat.v4.new_code_cell(
+        "import labkit.lab.processes as p\n"
+        "print(p.start_child.__module__)\n"
+        f"print(p.labkit_cli('run', '--db', {str(tmp_path / 'lab.db')!r}, '--incident', {INC!r}, '--crash-at', 'after_read').status)"
+    )
+    for warm in (False, True):
+        client = notebook_client(nbformat.v4.new_notebook(cells=[cell]), tmp_path / "lesson.ipynb")
+        with client.setup_kernel():
+            if warm:
+                start_warm_children(client)
+            cell.outputs = []
+            client.execute_cell(cell, 0)
+        printed = "".join(o.get("text", "") for o in cell.outputs)
+        assert printed == f"{'warm_children' if warm else 'labkit.lab.processes'}\nkilled by SIGKILL\n", cell.outputs
+        (tmp_path / "lab.db").unlink()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import functools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "labkit"
@@ -30,6 +31,12 @@ def _modules() -> dict[str, Path]:
     return {_module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
 
 
+@functools.cache
+def _parsed(path: Path) -> ast.Module:
+    """A module's tree, parsed once a test process: a dozen tests read every module (about 0.4 s each time)."""
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
 def _resolve(importer: str, is_package: bool, node: ast.ImportFrom) -> str:
     if node.level == 0:
         return node.module or ""
@@ -45,7 +52,7 @@ def import_graph() -> dict[str, set[str]]:
     modules = _modules()
     graph: dict[str, set[str]] = {name: set() for name in modules}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        tree = _parsed(path)
         is_package = path.name == "__init__.py"
         for node in ast.walk(tree):
             targets: list[str] = []
@@ -222,7 +229,7 @@ def test_the_mechanisms_import_only_the_core_and_one_another():
 def _late_labkit_imports(path: Path) -> list[str]:
     """The labkit imports of a module written inside a function or under ``if TYPE_CHECKING``."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+    for node in ast.walk(_parsed(path)):
         late = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or (
             isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
         )
@@ -270,7 +277,7 @@ NOT_RAISED_OUT = {"labkit.jsontext.JsonProblem"}
 
 def _exception_classes(path: Path, exception_names: set[str]) -> list[str]:
     """The module's top-level classes whose base is one of ``exception_names``."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    tree = _parsed(path)
     return [
         node.name for node in tree.body
         if isinstance(node, ast.ClassDef) and any(ast.unparse(base) in exception_names for base in node.bases)
@@ -284,7 +291,7 @@ def test_every_error_of_the_core_and_the_mechanisms_is_defined_in_labkit_errors(
     modules = _modules()
     errors = modules["labkit.errors"]
     builtin = {name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)}
-    defined = {node.name for node in ast.parse(errors.read_text(encoding="utf-8")).body if isinstance(node, ast.ClassDef)}
+    defined = {node.name for node in _parsed(errors).body if isinstance(node, ast.ClassDef)}
     assert {"LabError", "StaleLease", "ScorerReadRefused"} <= defined  # the check reads the right file
     elsewhere = [
         f"{name}.{cls}"

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from kernels import notebook_client
+from kernels import notebook_client, start_warm_children
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9]*.ipynb"))
 
@@ -60,6 +60,7 @@ def test_a_cell_whose_predecessor_was_skipped_works_or_says_what_to_run(path: Pa
     client = notebook_client(notebook, path)
     problems = []
     with client.setup_kernel():
+        start_warm_children(client)
         for position, (index, cell) in enumerate(cells):
             if index != setup and position % 2 == (0 if skipped == "even" else 1):
                 continue

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from kernels import notebook_client
+from kernels import notebook_client, start_warm_children
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[2] / "notebooks").glob("[0-9]*.ipynb"))
 #: Lessons 02 on each have at least one exercise, and one that builds (00 and 01 may too).
@@ -88,6 +88,7 @@ def test_every_check_passes_with_the_solution_and_refuses_every_shortcut(path):
     client = notebook_client(notebook, path)
     last_check = max(index for index, cell in enumerate(notebook.cells) if any(cell is check for check in checks.values()))
     with client.setup_kernel():
+        start_warm_children(client)
         # First as a learner who jumps to the exercises: the setup cell, then each answer and its
         # check. An exercise that asks about an earlier section's results (a prediction about its
         # table) cannot run that way; for a lesson with one, the cells run top to bottom instead,
