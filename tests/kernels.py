@@ -47,7 +47,13 @@ def notebook_client(notebook, path: Path) -> NotebookClient:
 def start_warm_children(client: NotebookClient) -> None:
     """In ``client``'s running kernel: fork the lesson's ``python -m labkit`` children from a warm server."""
     cell = nbformat.v4.new_code_cell(_WARM_START)
-    client.execute_cell(cell, 0)
+    # nbclient stores an executed cell at its index in the notebook: give this one a place of its own, then take
+    # it away, so the lesson's cells (and their indexes) are as the test read them.
+    client.nb.cells.append(cell)
+    try:
+        client.execute_cell(cell, len(client.nb.cells) - 1)
+    finally:
+        client.nb.cells.pop()
     errors = [output for output in cell.outputs if output.get("output_type") == "error"]
     if errors:
         raise RuntimeError(f"the kernel could not start warm children: {errors[0]['ename']}: {errors[0]['evalue']}")

@@ -183,6 +183,7 @@ def test_the_tests_own_lesson_kernels_fork_their_children_warm_and_nbvals_do_not
         with client.setup_kernel():
             if warm:
                 start_warm_children(client)
+                assert client.nb.cells == [cell]  # the notebook's cells as they were: indexes unchanged
             cell.outputs = []
             client.execute_cell(cell, 0)
         printed = "".join(o.get("text", "") for o in cell.outputs)
