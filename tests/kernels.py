@@ -10,6 +10,7 @@ kernel; the suite starts many) can take one, and the kernel dies with "Address a
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -20,16 +21,14 @@ from nbclient import NotebookClient
 
 TESTS = Path(__file__).resolve().parent
 # Run in the kernel before the lesson: its `python -m labkit` children forked from a warm server, as the
-# suite's own are (tests/warm_children.py), unless LABKIT_TEST_NEW_INTERPRETERS is set. nbval's kernels
-# never run this: the lessons are checked there as learners run them, every child a new interpreter.
+# suite's own are (tests/warm_children.py). nbval's kernels never run this: the lessons are checked there
+# as learners run them, every child a new interpreter.
 _WARM_START = f"""
-import os as _os, sys as _sys
-if not _os.environ.get("LABKIT_TEST_NEW_INTERPRETERS"):
-    _sys.path.append({str(TESTS)!r})
-    import warm_children as _warm_children
-    _warm_children.install()
-    del _warm_children
-del _os, _sys
+import sys as _sys
+_sys.path.append({str(TESTS)!r})
+import warm_children as _warm_children
+_warm_children.install()
+del _sys, _warm_children
 """
 
 
@@ -45,7 +44,10 @@ def notebook_client(notebook, path: Path) -> NotebookClient:
 
 
 def start_warm_children(client: NotebookClient) -> None:
-    """In ``client``'s running kernel: fork the lesson's ``python -m labkit`` children from a warm server."""
+    """In ``client``'s running kernel: fork the lesson's ``python -m labkit`` children from a warm server
+    (not with LABKIT_TEST_NEW_INTERPRETERS set, as in the test process: tests/conftest.py)."""
+    if os.environ.get("LABKIT_TEST_NEW_INTERPRETERS"):
+        return
     cell = nbformat.v4.new_code_cell(_WARM_START)
     # nbclient stores an executed cell at its index in the notebook: give this one a place of its own, then take
     # it away, so the lesson's cells (and their indexes) are as the test read them.

@@ -162,7 +162,6 @@ class WarmChild:
         return "".join(out), "".join(err)
 
 
-
 def modules_of_a_child() -> list[str]:
     """The modules a child of the server starts with (tests/core/test_warm_children.py checks them)."""
     with _context().Pool(1) as pool:

@@ -34,7 +34,6 @@ def _code_cells(notebook) -> list[tuple[int, nbformat.NotebookNode]]:
     return [(index, cell) for index, cell in enumerate(notebook.cells) if cell.cell_type == "code" and cell.source.strip()]
 
 
-
 def _acceptable(cell, errors, committed: set[str]) -> str | None:
     """None if the cell's errors are what a learner may see; otherwise why not.
 

@@ -48,7 +48,6 @@ def _printed(cell):
     return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
 
 
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_exercises_are_unanswered_in_the_committed_notebook(path):
     notebook = nbformat.read(path, as_version=4)
