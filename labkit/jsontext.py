@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Any
 
 #: Deeper than this is not a queue diagnostic; it is an attack on the parser (07_evidence_contract).
@@ -96,8 +97,25 @@ def strict_loads(data: bytes | str, max_depth: int = MAX_DEPTH) -> Any:
         raise JsonProblem("nesting-depth", f"nested deeper than {max_depth} levels") from None
     except ValueError as error:  # Python's own limits, e.g. an integer of more than 4300 digits
         raise JsonProblem("number-size", f"not JSON labkit can hold ({str(error).split(';')[0][:80]})") from None
-    _check_text(value)
+    if _SURROGATE_ESCAPE.search(text) or not _is_utf8(data):
+        _check_text(value)  # from text that is UTF-8, only an escape can make a surrogate
     return value
+
+
+def _is_utf8(data: bytes | str) -> bool:
+    """Whether ``data`` (bytes decoded above, or text) is UTF-8 text: text holding a lone surrogate is not."""
+    if isinstance(data, bytes):
+        return True
+    try:
+        data.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+#: Where a parsed string can get a surrogate from text that is UTF-8: only from a ``\\uD800``-``\\uDFFF``
+#: escape (a pair of them, an emoji, is fine; :func:`_check_text` tells which).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _check_text(value: Any) -> None:

@@ -90,7 +90,7 @@ import ipaddress
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import pairwise
@@ -205,6 +205,13 @@ def _secret_words(name: str) -> bool:
 
 
 def _flat(key: str) -> str:
+    if len(key) <= MEMO_MAX_CHARS:
+        return _flat_short(key)
+    return key.lower().replace("_", "").replace("-", "")
+
+
+@lru_cache(maxsize=8192)  # every object of a diagnostic asks this of each of its keys
+def _flat_short(key: str) -> str:
     return key.lower().replace("_", "").replace("-", "")
 
 
@@ -214,7 +221,10 @@ _VALUE_FIELDS = frozenset({"value", "parametervalue"})
 
 
 def _names_a_secret(value: dict) -> bool:
-    return any(_flat(k) in _NAME_FIELDS and isinstance(v, str) and is_secret_name(v) for k, v in value.items())
+    for key, item in value.items():  # a loop, not any(): asked of every object of every document
+        if _flat(key) in _NAME_FIELDS and isinstance(item, str) and is_secret_name(item):
+            return True
+    return False
 
 
 # --------------------------------------------------------------------------- text patterns
@@ -511,13 +521,19 @@ def redact_text(text: str, field: str = "") -> tuple[str, Counter[str]]:
     the text and the one thing ``field`` decides, so it is the same answer, computed once. Long
     strings (log lines, free text) are rarely repeated and are not kept.
     """
+    redacted, found = _redacted_text(text, _is_version_field(field))
+    return redacted, Counter(dict(found))
+
+
+def _redacted_text(text: str, version: bool) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """:func:`redact_text`'s work, its counts as (kind, count) pairs: a document's walk reads them
+    and makes no Counter for each of its strings, nearly all of which hold nothing to count."""
     if not text:
-        return text, Counter()
-    version = _is_version_field(field)
+        return text, ()
     if len(text) <= MEMO_MAX_CHARS:
-        redacted, found = _redact_short(text, version)
-        return redacted, Counter(dict(found))
-    return _redact_text(text, version)
+        return _redact_short(text, version)
+    redacted, counts = _redact_text(text, version)
+    return redacted, tuple(counts.items())
 
 
 @lru_cache(maxsize=8192)
@@ -644,9 +660,10 @@ class _Record:
     def __init__(self) -> None:
         self.entries: dict[tuple[str, str], int] = {}
 
-    def add(self, field: str, counts: Counter[str]) -> None:
+    def add(self, field: str, counts: Iterable[tuple[str, int]]) -> None:
+        """Add (kind, count) pairs found in ``field``."""
         shown = field if len(field) <= MAX_FIELD_CHARS else field[: MAX_FIELD_CHARS - 3] + "..."
-        for kind, count in counts.items():
+        for kind, count in counts:
             key = (shown, kind)
             if key not in self.entries and len(self.entries) >= MAX_RECORDED_FIELDS:
                 key = (OTHER_FIELDS, kind)
@@ -681,7 +698,7 @@ def redact_document(text: str) -> Redacted:
     except JsonProblem:
         record = _Record()
         redacted, counts = redact_text(text)
-        record.add("(text)", counts)
+        record.add("(text)", counts.items())
         return Redacted(redacted, record.redactions())
     walked = redact(parsed)
     return Redacted(canonical_json(walked.value), walked.redactions)
@@ -697,13 +714,14 @@ def _walk(value: Any, field: str, record: _Record, *, secret: bool) -> Any:
             return value  # nothing to hide, or redacted already
         if not isinstance(value, (str, int, float, list, dict)):
             raise TypeError(f"not a JSON value: {type(value).__name__}")
-        record.add(field, Counter({"secret": 1}))
+        record.add(field, (("secret", 1),))
         return marker("secret")
     if isinstance(value, str):
-        redacted, counts = redact_text(value, field)
-        record.add(field, counts)
+        redacted, found = _redacted_text(value, _is_version_field(field))
+        if found:
+            record.add(field, found)
         return redacted
-    if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
+    if value is None or isinstance(value, (int, float)):  # bool is an int
         return value
     if isinstance(value, list):
         return [_walk(item, _join(field, str(index)), record, secret=False) for index, item in enumerate(value)]
@@ -711,9 +729,9 @@ def _walk(value: Any, field: str, record: _Record, *, secret: bool) -> Any:
         shape = _names_a_secret(value)
         out: dict[str, Any] = {}
         for key, item in value.items():
-            name, counts = redact_text(key, _join(field, "(key)"))
-            if counts:
-                record.add(_join(field, "(key)"), counts)
+            name, found = _redacted_text(key, False)  # a key's path ends "(key)": never a version field
+            if found:
+                record.add(_join(field, "(key)"), found)
                 name = _unique(name, out)
             held = is_secret_name(key) or (shape and _flat(key) in _VALUE_FIELDS)
             out[name] = _walk(item, _join(field, name), record, secret=held)

@@ -635,6 +635,7 @@ def redaction_fresh_round(plans: list[IncidentPlan]) -> float:
     for plan, body in zip(plans, bodies, strict=True):
         _redaction._redact_short.cache_clear()
         _redaction._secret_name.cache_clear()
+        _redaction._flat_short.cache_clear()
         started = time.perf_counter()
         bound_evidence(plan.incident, body, plan.diagnostic)
         elapsed += time.perf_counter() - started

@@ -34,6 +34,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import shutil
 import sqlite3
 import tempfile
@@ -50,7 +51,7 @@ from json_paths import at, paths, reference_answer
 
 import labkit
 from labkit import CrashPlan, CrashPoint, Step
-from labkit.jsontext import canonical_json
+from labkit.jsontext import JsonProblem, canonical_json, strict_loads
 from labkit.lab.catalogue import INCIDENT, CannedProvider, Case, cases, run_case
 
 MUTATION_SETTINGS = settings(max_examples=100, deadline=None, derandomize=True, database=None)
@@ -198,6 +199,55 @@ def accepted_or_refused(raw: bytes) -> None:
     assert isinstance(body, dict) and body["incident"] == INCIDENT
     # What is accepted is stored in its canonical spelling, which must mean the same thing.
     assert labkit.check_evidence(canonical_json(body), INCIDENT) == body
+
+
+def _lone_surrogate_in(value: object) -> bool:
+    """The full rule, walked by hand: a string (or key) anywhere that is not Unicode text."""
+    if isinstance(value, str):
+        return any(0xD800 <= ord(char) <= 0xDFFF for char in value)
+    if isinstance(value, dict):
+        return any(_lone_surrogate_in(key) or _lone_surrogate_in(item) for key, item in value.items())
+    if isinstance(value, list):
+        return any(_lone_surrogate_in(item) for item in value)
+    return False
+
+
+#: Strings that mix what matters here: high and low surrogates alone, a pair (an emoji once escaped),
+#: a backslash (so ``\\ud800`` may be text, not an escape), ASCII and other characters.
+_tricky_text = st.lists(
+    st.sampled_from(["\ud800", "\udbff", "\udc00", "\udfff", "\ud83d\ude00", "\\", "u", "d8", "a", "é", "😀"])
+    | st.characters(), max_size=6,
+).map("".join)
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | _tricky_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_tricky_text, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@MUTATION_SETTINGS
+@given(value=_json_values, ascii_only=st.booleans(), upper_hex=st.booleans(), as_bytes=st.booleans())
+def test_strict_json_refuses_a_lone_surrogate_wherever_and_however_it_is_written(value, ascii_only, upper_hex, as_bytes):
+    """strict_loads walks the parsed value only when the text could hold a surrogate; the refusals
+    must be exactly the full walk's, for escapes in either case, raw surrogates in text, and pairs."""
+    text = json.dumps(value, ensure_ascii=ascii_only)
+    if upper_hex:
+        text = re.sub(r"\\u[0-9a-f]{4}", lambda m: m.group(0)[:2] + m.group(0)[2:].upper(), text)
+    if as_bytes:
+        try:
+            data: bytes | str = text.encode("utf-8")
+        except UnicodeEncodeError:
+            data = text  # a raw lone surrogate has no UTF-8 bytes: only text can carry it
+    else:
+        data = text
+    expected = _lone_surrogate_in(json.loads(text))  # what the text means, pairs joined as JSON joins them
+    try:
+        parsed = strict_loads(data)
+    except JsonProblem as problem:
+        assert expected and problem.rule == "unicode-text", (text, problem.rule)
+        return
+    assert not expected, text
+    assert parsed == json.loads(text)
 
 
 @MUTATION_SETTINGS
