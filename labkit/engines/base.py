@@ -12,6 +12,7 @@ and one pair of scorecards (:mod:`labkit.evaluation`) judge either.
 
 from __future__ import annotations
 
+import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -41,6 +42,10 @@ def expected_reads(killed_at: Iterable[tuple[bool, str]], window: frozenset[Cras
 def provider_for(db: Path) -> ReferenceProvider:
     """The reference provider of the run kept in ``db``, logging its reads beside it (what invariant 5 counts)."""
     return ReferenceProvider(call_log_for(db))
+
+
+#: The engines (by class) whose scratch run this process has made (:meth:`Engine.warm`); a fork inherits it.
+_WARMED: set[type] = set()
 
 
 class Engine(ABC):
@@ -74,8 +79,28 @@ class Engine(ABC):
         """Invariant 5's prediction for this engine: :func:`expected_reads` over its :attr:`read_window`."""
         return expected_reads(killed_at, self.read_window)
 
-    def warm(self) -> None:  # noqa: B027 - a hook: an engine whose children need nothing built leaves it as it is
-        """Build, before the explorer forks, what each child of this engine would otherwise build for itself."""
+    def warm(self) -> None:
+        """Build, before the explorer forks, what each child of this engine would otherwise build for itself.
+
+        First the engine's imports (:meth:`load`); then, once a process, one unarmed run of the
+        incident in a scratch folder that is thrown away (:meth:`scratch_run`). A child's first run
+        builds what no import does: labkit's schema check, SQLAlchemy's compiled statements, the
+        engine's own lazy imports. Built here, every fork inherits them. Measured (a child that
+        drives the incident to its end): DBOS 0.35 CPU-seconds a child, 0.16 after this; labkit
+        0.11, 0.03 after.
+        """
+        self.load()
+        if type(self) in _WARMED:
+            return
+        with tempfile.TemporaryDirectory(prefix="labkit-warm-") as scratch:
+            self.scratch_run(Path(scratch))
+        _WARMED.add(type(self))
+
+    def load(self) -> None:  # noqa: B027 - a hook: an engine with nothing heavy to import leaves it as it is
+        """Import what this engine's children need, once, before the fork."""
+
+    def scratch_run(self, folder: Path) -> None:  # noqa: B027 - a hook: an engine that needs a server (Temporal) leaves it
+        """Drive the incident to its end in ``folder``, unarmed, with no ticket service: :meth:`warm`'s run."""
 
     # Each of these runs in the calling process: call it inside a forked child.
 

@@ -47,6 +47,7 @@ own, and a notebook's kernel must not be it.
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import sqlite3
@@ -409,8 +410,23 @@ class DbosEngine(Engine):
             raise BadInput(f"--bug {bug} breaks labkit's coordinator; the dbos engine has none to break")
         return cls(system_url)
 
-    def warm(self) -> None:
+    def load(self) -> None:
         import dbos  # noqa: F401 - an optional heavy dependency: a third of a second, once, instead of in every child
+
+    def scratch_run(self, folder: Path) -> None:
+        # The first DBOS made in a process gives the "dbos" logger a handler on that process's standard error.
+        # Made here, a fork would inherit it and log there (in a notebook, into the cell's output) rather
+        # than where the child's own output goes (labkit.children.quiet_child): so the logger is put back.
+        logger = logging.getLogger("dbos")
+        handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+        app = IncidentApp(folder)  # its system database in the scratch folder, whatever this engine is configured with
+        try:
+            app.run(INCIDENT)
+        finally:
+            app.close()
+            logger.handlers[:] = handlers
+            logger.setLevel(level)
+            logger.propagate = propagate
 
     def drive(self, folder: Path, crash: CrashPlan, tickets: str | None, incident: str = INCIDENT) -> str:
         app = self._app(folder, crash)

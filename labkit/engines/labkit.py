@@ -100,6 +100,9 @@ class LabkitEngine(Engine):
         """This engine driving ``variant`` (the broken coordinator its ``bug`` names) instead of labkit's own."""
         return replace(self, variant=variant)
 
+    def scratch_run(self, folder: Path) -> None:
+        drive_run(self.db(folder), NO_CRASH, None, Coordinator)  # labkit's own coordinator, whatever variant this engine drives
+
     def drive(self, folder: Path, crash: CrashPlan, tickets: str | None, incident: str = INCIDENT) -> str:
         drive_run(self.db(folder), crash, tickets, self.coordinator_class(), incident=incident)
         return "drove it"

@@ -335,12 +335,16 @@ class LangGraphEngine(Engine):
             raise BadInput(f"--bug {bug}: the langgraph engine's broken nodes are {', '.join(BUGS)}")
         return cls(bug)
 
-    def warm(self) -> None:
+    def load(self) -> None:
         """LangGraph's import (about a second) and the evidence contract's validator, once, before the children fork."""
         import langgraph.checkpoint.sqlite  # noqa: F401 - an optional heavy dependency: imported once, not in every child
         import langgraph.graph  # noqa: F401
 
         contract.prepare()
+
+    def scratch_run(self, folder: Path) -> None:
+        with opened(folder) as graph:  # the plain graph, whatever bug this engine plays
+            graph.run(INCIDENT, None)
 
     def drive(self, folder: Path, crash: CrashPlan, tickets: str | None, incident: str = INCIDENT) -> str:
         with opened(folder, crash=crash, bug=self.bug) as graph:

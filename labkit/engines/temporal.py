@@ -408,7 +408,7 @@ class TemporalEngine(Engine):
             raise NoTemporalServer()
         return address
 
-    def warm(self) -> None:
+    def load(self) -> None:
         import temporalio.client  # noqa: F401 - imported once before the fork: no threads start until a client connects
         import temporalio.worker  # noqa: F401
 

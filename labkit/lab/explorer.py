@@ -230,7 +230,8 @@ def _warm(driver: Engine | None = None) -> None:
 
     The evidence contract's validator takes a moment to compile; made before the fork, every
     child inherits it, and a child's time is spent on the workflow, as a killed worker's was.
-    ``driver`` adds what its engine's children need (DBOS's import).
+    ``driver`` adds what its engine's children need (:meth:`~labkit.engines.base.Engine.warm`: its
+    imports, and one scratch run that builds what a child's first run would).
     """
     contract.prepare()
     if driver is not None:
@@ -500,6 +501,7 @@ def explore(db_dir: str | Path, *, pairs: bool = True, bug: str | None = None, n
     if named:
         chosen = scenarios(pairs=pairs, bug=bug, engine=engine)
         tasks = [partial(run_scenario, scenario, root / f"{number:03d}") for number, scenario in enumerate(chosen, start=1)]
+        _warm(engine_named(engine, bug=bug))  # here, once, rather than in each worker the scenarios are dealt to
         bar = Progress(len(tasks)) if progress else None
         try:
             with temporal_server.serving(engine, root):  # the temporal engine's one server for every scenario
@@ -810,7 +812,7 @@ def random_kills(folder: str | Path, trials: int, seed: int, *, bug: str | None 
     # Random kills judge labkit's run row: its coordinator, or a broken variant (an unknown bug is
     # the one-line UnknownBug, before any run).
     driver = LabkitEngine(bug, coordinator_class(bug))
-    _warm()
+    _warm(driver)
     if by_clock:
         # The median of three clean runs' durations: one run's clock is noisier than its count.
         runs = sorted((_clean_run(root / "clean" / str(attempt), driver) for attempt in range(3)), key=lambda r: r["seconds"])

@@ -269,3 +269,45 @@ def test_a_new_dbos_system_database_is_what_dbos_migrate_makes_and_an_existing_o
     _fresh_system_db(kept, DBOS)
     assert kept.read_bytes() == b"another process made this first"
     assert sorted(p.name for p in kept.parent.iterdir()) == ["dbos-system.sqlite"], "no copy left behind"
+
+
+_WARM_PROBE = """
+import json, logging, os, sys, threading
+from labkit.engines import engine
+from labkit.engines.base import Engine
+
+def handlers():
+    loggers = [logging.getLogger(), *logging.root.manager.loggerDict.values()]
+    return {getattr(log, "name", "?"): len(log.handlers) for log in loggers if getattr(log, "handlers", None)}
+
+chosen = engine(sys.argv[1])
+chosen.load()  # what the imports alone leave: the warm run must add nothing to it
+before = handlers()
+made = []
+original = type(chosen).scratch_run
+type(chosen).scratch_run = lambda self, folder: (made.append(os.listdir(folder)), original(self, folder))[1]
+chosen.warm()
+chosen.warm()
+print(json.dumps({"scratch_runs": len(made), "threads": [t.name for t in threading.enumerate()],
+                  "handlers_added": {name: n for name, n in handlers().items() if before.get(name) != n},
+                  "left": sorted(os.listdir(os.environ["TMPDIR"]))}))
+"""
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_warming_an_engine_runs_it_once_a_process_and_leaves_no_thread_handler_or_folder_behind(name, tmp_path):
+    # Engine.warm makes one unarmed run in a scratch folder so that every fork inherits what a first run
+    # builds; a thread it left running would be forked in a broken state, and the scratch folder is its own.
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    done = subprocess.run([sys.executable, "-c", _WARM_PROBE, name], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(scratch)})
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["scratch_runs"] == 1
+    assert seen["threads"] == ["MainThread"]
+    # A log handler made here would hold this process's standard error, and a fork would write there:
+    # in a notebook, into the cell's output (DBOS adds one when first made; the warm run takes it off).
+    assert seen["handlers_added"] == {}
+    # DBOS's migrated template system database is kept there on purpose (labkit.engines.dbos._fresh_system_db).
+    assert [left for left in seen["left"] if not left.startswith("labkit-dbos-")] == []
