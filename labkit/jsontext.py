@@ -19,6 +19,10 @@ from typing import Any
 #: Deeper than this is not a queue diagnostic; it is an attack on the parser (07_evidence_contract).
 MAX_DEPTH = 32
 
+#: Where a parsed string can get a surrogate from text that is UTF-8: only from a ``\\uD800``-``\\uDFFF``
+#: escape (a pair of them, an emoji, is fine; :func:`_check_text` tells which).
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
 
 class JsonProblem(ValueError):
     """The text is not strict JSON, or not JSON labkit will hold.
@@ -112,10 +116,6 @@ def _is_utf8(data: bytes | str) -> bool:
         return False
     return True
 
-
-#: Where a parsed string can get a surrogate from text that is UTF-8: only from a ``\\uD800``-``\\uDFFF``
-#: escape (a pair of them, an emoji, is fine; :func:`_check_text` tells which).
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _check_text(value: Any) -> None:

@@ -207,11 +207,15 @@ def _secret_words(name: str) -> bool:
 def _flat(key: str) -> str:
     if len(key) <= MEMO_MAX_CHARS:
         return _flat_short(key)
-    return key.lower().replace("_", "").replace("-", "")
+    return _flatten(key)
 
 
 @lru_cache(maxsize=8192)  # every object of a diagnostic asks this of each of its keys
 def _flat_short(key: str) -> str:
+    return _flatten(key)
+
+
+def _flatten(key: str) -> str:
     return key.lower().replace("_", "").replace("-", "")
 
 

@@ -53,7 +53,7 @@ INCIDENTS = sorted(path.stem for path in (DATA / "incidents").glob("INC-*.json")
 # interpreters: the same command in a process of its own, without 0.08 s of start-up each
 # (tests/warm_children.py; what still starts a new interpreter is listed there).
 # LABKIT_TEST_NEW_INTERPRETERS=1 starts every one afresh, to compare the two.
-if not os.environ.get("LABKIT_TEST_NEW_INTERPRETERS"):
+if warm_children.wanted():
     warm_children.install()
 
 

@@ -10,12 +10,12 @@ kernel; the suite starts many) can take one, and the kernel dies with "Address a
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import nbformat
+import warm_children
 from jupyter_client.manager import AsyncKernelManager
 from nbclient import NotebookClient
 
@@ -45,8 +45,8 @@ def notebook_client(notebook, path: Path) -> NotebookClient:
 
 def start_warm_children(client: NotebookClient) -> None:
     """In ``client``'s running kernel: fork the lesson's ``python -m labkit`` children from a warm server
-    (not with LABKIT_TEST_NEW_INTERPRETERS set, as in the test process: tests/conftest.py)."""
-    if os.environ.get("LABKIT_TEST_NEW_INTERPRETERS"):
+    (unless warm_children.NEW_INTERPRETERS is set, as in the test process: tests/conftest.py)."""
+    if not warm_children.wanted():
         return
     cell = nbformat.v4.new_code_cell(_WARM_START)
     # nbclient stores an executed cell at its index in the notebook: give this one a place of its own, then take

@@ -44,6 +44,14 @@ PACKAGE_ROOT = str(Path(labkit.__main__.__file__).resolve().parent.parent)
 
 _CONTEXT: multiprocessing.context.ForkServerContext | None = None
 
+#: Set to start every one of the tests' ``python -m labkit`` children as a new interpreter, to compare the two.
+NEW_INTERPRETERS = "LABKIT_TEST_NEW_INTERPRETERS"
+
+
+def wanted() -> bool:
+    """Whether the tests fork their children warm: unless :data:`NEW_INTERPRETERS` is set."""
+    return not os.environ.get(NEW_INTERPRETERS)
+
 
 def install() -> None:
     """Start ``python -m labkit`` children of :mod:`labkit.lab.processes` this way, in this process."""

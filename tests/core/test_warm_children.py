@@ -171,8 +171,8 @@ def test_the_tests_own_lesson_kernels_fork_their_children_warm_and_nbvals_do_not
     import nbformat
     from kernels import notebook_client, start_warm_children
 
-    if os.environ.get("LABKIT_TEST_NEW_INTERPRETERS"):
-        pytest.skip("LABKIT_TEST_NEW_INTERPRETERS is set: the tests' kernels start new interpreters too")
+    if not warm_children.wanted():
+        pytest.skip(f"{warm_children.NEW_INTERPRETERS} is set: the tests' kernels start new interpreters too")
     cell = nbformat.v4.new_code_cell(
         "import labkit.lab.processes as p\n"
         "print(p.start_child.__module__)\n"

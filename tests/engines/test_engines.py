@@ -274,7 +274,6 @@ def test_a_new_dbos_system_database_is_what_dbos_migrate_makes_and_an_existing_o
 _WARM_PROBE = """
 import json, logging, os, sys, threading
 from labkit.engines import engine
-from labkit.engines.base import Engine
 
 def handlers():
     loggers = [logging.getLogger(), *logging.root.manager.loggerDict.values()]
@@ -285,7 +284,12 @@ chosen.load()  # what the imports alone leave: the warm run must add nothing to 
 before = handlers()
 made = []
 original = type(chosen).scratch_run
-type(chosen).scratch_run = lambda self, folder: (made.append(os.listdir(folder)), original(self, folder))[1]
+
+def counted(self, folder):
+    made.append(folder)
+    original(self, folder)
+
+type(chosen).scratch_run = counted
 chosen.warm()
 chosen.warm()
 print(json.dumps({"scratch_runs": len(made), "threads": [t.name for t in threading.enumerate()],
