@@ -154,12 +154,19 @@ def main(argv: list[str] | None = None) -> int:
         clean = copy_repository(Path(scratch))
         imports_its_own_labkit(clean)
         if not args.no_baseline:
-            for lesson in sorted({mutant["lesson"] for mutant in mutants}):
-                passed, seconds, tail = run_pytest(clean, [notebook_of(lesson)], args.timeout)
+            # The unbroken lessons run as many at a time as the bugs do: each in the one clean copy, which
+            # nothing writes to (a lesson's databases live in its own temporary folder).
+            lessons = sorted({mutant["lesson"] for mutant in mutants})
+            with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+                runs = pool.map(lambda lesson: run_pytest(clean, [notebook_of(lesson)], args.timeout), lessons)
+                unbroken = list(zip(lessons, runs, strict=True))
+            for lesson, (passed, seconds, _tail) in unbroken:
                 print(f"lesson {lesson} unbroken: {'passes' if passed else 'FAILS'} ({seconds:.0f} s)", flush=True)
-                if not passed:
-                    print(f"  {tail}")
-                    return 1
+            failing = [(lesson, tail) for lesson, (passed, _, tail) in unbroken if not passed]
+            for lesson, tail in failing:
+                print(f"  lesson {lesson}: {tail}")
+            if failing:
+                return 1
         def run_one(mutant: dict, attempt: int) -> dict:
             work = Path(scratch) / f"{mutant['name']}-{attempt}"
             shutil.copytree(clean, work / "lab")
