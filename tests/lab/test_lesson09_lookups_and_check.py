@@ -59,6 +59,24 @@ def test_a_judge_that_refuses_a_case_ends_the_trials_there():
     assert 0 < asked_when_judged[0] < asked_when_judged[1] == len(asked)  # nothing was asked after the refusal
 
 
+def test_labkit_s_own_decision_reached_at_run_time_is_refused_at_the_first_case_that_asks_it():
+    """Exercise 9.1's check watches labkit's decision while each case recovers: an answer that reaches it under a
+    name built at run time is refused after the first case that asked, not after all eight (each on a live service)."""
+    from labkit.lab.exercises import check_reconciliation
+    from labkit.lab.exercises.lesson09_external_effects import RECONCILIATION_CASES
+
+    asked = []
+
+    def decide(lookup):
+        asked.append(lookup.outcome)
+        return getattr(labkit.effects, "reconciliation_" + "decision")(lookup)
+
+    with pytest.raises(AssertionError, match="write it yourself: your answer called labkit's own") as refused:
+        check_reconciliation(decide)
+    assert RECONCILIATION_CASES[0][0] not in str(refused.value)  # the refusal, not a case's feedback
+    assert len(asked) == 1, asked  # the first case's first recovery asked once; nothing ran after it
+
+
 def test_the_effects_table_refuses_done_without_a_ticket(lab):
     with closing(lab.connect()) as conn:
         with transaction(conn):
