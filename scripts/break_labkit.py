@@ -106,8 +106,23 @@ def imports_its_own_labkit(copy: Path) -> None:
         raise SystemExit(f"the copy imports labkit from {where}, not from itself: the bugs would not be seen")
 
 
+#: Plugins a run loads only where its tests use them. Each pytest process the script starts (two a bug,
+#: 136 in all) pays for every plugin at start: hypothesis's about 1.5 s, nbval's (nbformat, then
+#: jsonschema, which builds 37 parsers of rfc3987-syntax's grammar as it is imported) about 2.5 s,
+#: where a bug's unit tests take one or two seconds.
+LESSON_RUN = ("-p", "no:hypothesispytest")  # the lessons' cells run in a kernel, which has no use for it
+UNIT_RUN = ("-o", "addopts=", "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-p", "no:nbval")
+
+
+def unit_run(tests: list[str], copy: Path) -> list[str]:
+    """pytest's arguments for a bug's unit tests: no nbval, and hypothesis only if one of their files imports it."""
+    files = {(copy / test.split("::")[0]) for test in tests}
+    uses_hypothesis = any("hypothesis" in path.read_text(encoding="utf-8") for path in files if path.is_file())
+    return [*tests, *UNIT_RUN, *(() if uses_hypothesis else ("-p", "no:hypothesispytest"))]
+
+
 def run_pytest(copy: Path, targets: list[str], timeout: float) -> tuple[bool, float, str]:
-    """(passed, seconds, last lines) of pytest over ``targets`` in the copy, in one process."""
+    """(passed, seconds, last lines) of pytest over ``targets`` (tests, and options) in the copy, in one process."""
     started = time.monotonic()
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", *targets, "-n", "0", "-q", "-x", "-p", "no:randomly"],
@@ -158,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             # nothing writes to (a lesson's databases live in its own temporary folder).
             lessons = sorted({mutant["lesson"] for mutant in mutants})
             with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-                runs = pool.map(lambda lesson: run_pytest(clean, [notebook_of(lesson)], args.timeout), lessons)
+                runs = pool.map(lambda lesson: run_pytest(clean, [notebook_of(lesson), *LESSON_RUN], args.timeout), lessons)
                 unbroken = list(zip(lessons, runs, strict=True))
             for lesson, (passed, seconds, _tail) in unbroken:
                 print(f"lesson {lesson} unbroken: {'passes' if passed else 'FAILS'} ({seconds:.0f} s)", flush=True)
@@ -172,10 +187,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(clean, work / "lab")
             copy = work / "lab"
             apply(mutant, copy)
-            nb_passed, nb_seconds, _ = run_pytest(copy, [notebook_of(mutant["lesson"])], args.timeout)
+            nb_passed, nb_seconds, _ = run_pytest(copy, [notebook_of(mutant["lesson"]), *LESSON_RUN], args.timeout)
             unit = None
             if mutant["unit_tests"] and not args.no_unit:
-                unit_passed, _, _ = run_pytest(copy, list(mutant["unit_tests"]), args.timeout)
+                unit_passed, _, _ = run_pytest(copy, unit_run(list(mutant["unit_tests"]), copy), args.timeout)
                 unit = not unit_passed
             shutil.rmtree(work, ignore_errors=True)
             return {"lesson": mutant["lesson"], "name": mutant["name"], "attempt": attempt, "nbval_caught": not nb_passed,

@@ -46,3 +46,24 @@ def test_a_bug_whose_text_is_gone_is_refused_before_anything_runs(tmp_path):
     with pytest.raises(SystemExit, match="occurs 0 times"):
         break_labkit.apply(stale, tmp_path)
     assert (tmp_path / "labkit" / "x.py").read_text(encoding="utf-8") == "a = 1\n"
+
+
+def test_every_bug_s_unit_tests_are_collected_with_the_plugins_its_run_leaves_out():
+    """A bug's unit tests run without nbval (and without hypothesis where their files do not use it): a test that
+    could not be collected that way would fail with every bug, and look caught. Each node id must be collected."""
+    import subprocess
+
+    for mutant in MUTANTS:
+        args = break_labkit.unit_run(list(mutant["unit_tests"]), ROOT)
+        assert "no:nbval" in args
+        if not any("hypothesis" in (ROOT / node.split("::")[0]).read_text(encoding="utf-8") for node in mutant["unit_tests"]):
+            assert "no:hypothesispytest" in args
+    nodes = sorted({node for mutant in MUTANTS for node in mutant["unit_tests"]})
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", *break_labkit.unit_run(nodes, ROOT),
+                           "-p", "no:randomly"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    collected = [line for line in done.stdout.splitlines() if "::" in line]
+    missing = [node for node in nodes
+               if not any(line == node or line.startswith((node + "[", node + "::")) for line in collected)]
+    assert not missing, f"not collected without nbval: {missing[:3]}"
