@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,7 +112,16 @@ def imports_its_own_labkit(copy: Path) -> None:
 #: jsonschema, which builds 37 parsers of rfc3987-syntax's grammar as it is imported) about 2.5 s,
 #: where a bug's unit tests take one or two seconds.
 LESSON_RUN = ("-p", "no:hypothesispytest")  # the lessons' cells run in a kernel, which has no use for it
-UNIT_RUN = ("-o", "addopts=", "-p", "no:cacheprovider", "-p", "no:langsmith_plugin", "-p", "no:nbval")
+
+
+def _addopts_without_nbval() -> str:
+    """pyproject.toml's addopts less nbval's options, which pytest refuses once nbval's plugin is left out."""
+    with (ROOT / "pyproject.toml").open("rb") as handle:
+        addopts = tomllib.load(handle)["tool"]["pytest"]["ini_options"]["addopts"]
+    return " ".join(option for option in addopts.split() if not option.startswith("--nbval"))
+
+
+UNIT_RUN = ("-o", f"addopts={_addopts_without_nbval()}", "-p", "no:nbval")
 
 
 def unit_run(tests: list[str], copy: Path) -> list[str]:
