@@ -108,9 +108,9 @@ def imports_its_own_labkit(copy: Path) -> None:
 
 
 #: Plugins a run loads only where its tests use them. Each pytest process the script starts (two a bug,
-#: 136 in all) pays for every plugin at start: hypothesis's about 1.5 s, nbval's (nbformat, then
-#: jsonschema, which builds 37 parsers of rfc3987-syntax's grammar as it is imported) about 2.5 s,
-#: where a bug's unit tests take one or two seconds.
+#: 136 in all) pays for every plugin at start: hypothesis's about 1.5 s, nbval's (nbformat, jsonschema)
+#: about 0.3 s (2.5 s before requirements.txt held jsonschema at 4.24), where a bug's unit tests take
+#: one or two seconds.
 LESSON_RUN = ("-p", "no:hypothesispytest")  # the lessons' cells run in a kernel, which has no use for it
 
 
