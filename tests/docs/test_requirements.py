@@ -123,10 +123,7 @@ def test_langsmiths_pytest_plugin_is_blocked_by_its_entry_point_name(pytestconfi
 
 
 def test_reading_a_notebook_builds_no_grammar_parsers():
-    """nbformat imports jsonschema in every process that reads a notebook: each pytest worker, nbval,
-    JupyterLab's server, the reading copy's build. From 4.25 jsonschema also imports rfc3987-syntax,
-    which builds 37 parsers of its grammar (lark) as it loads: 2.5-3 s of each such start, for an
-    "iri" format nothing here checks. requirements.txt holds jsonschema at 4.24 for that reason."""
+    """The reason requirements.txt holds jsonschema at 4.24 (its comment there): nothing reads the grammar."""
     import subprocess
 
     code = "import sys, nbformat, jsonschema; print(sorted({'rfc3987_syntax', 'lark'} & set(sys.modules)))"
